@@ -1,0 +1,37 @@
+"""TE computes and s_tir schedules of the accel kernels, one op family per file.
+
+Pure TE/TIR: nothing here knows about Relax, strategies or models.
+"""
+
+from .conv2d import (
+    Conv2DConfig,
+    Conv2DGeometry,
+    conv2d_config,
+    conv2d_geometry,
+    conv2d_nhwc_ohwi,
+    conv2d_nhwc_ohwi_func,
+    kernel_pack_map,
+    schedule_conv2d_nhwc_ohwi,
+)
+from .dense import DenseConfig, check_dense, dense_config, dense_kn, dense_kn_func, schedule_dense_kn, weight_pack_map
+from .knobs import CPUKnobs, cpu_knobs
+
+__all__ = [
+    "CPUKnobs",
+    "Conv2DConfig",
+    "Conv2DGeometry",
+    "DenseConfig",
+    "check_dense",
+    "conv2d_config",
+    "conv2d_geometry",
+    "conv2d_nhwc_ohwi",
+    "conv2d_nhwc_ohwi_func",
+    "cpu_knobs",
+    "dense_config",
+    "dense_kn",
+    "dense_kn_func",
+    "kernel_pack_map",
+    "schedule_conv2d_nhwc_ohwi",
+    "schedule_dense_kn",
+    "weight_pack_map",
+]

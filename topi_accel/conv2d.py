@@ -1,0 +1,287 @@
+"""conv2d_nhwc_ohwi: 2-D convolution, NHWC activations, OHWI weights.
+
+The kernel reads its weights packed as ``[O/ob, KH, KW, C/groups, ob]``
+(``ob`` = ``Conv2DConfig.oc_block``, O padded up to a multiple of ``ob`` when
+groups == 1) so that one vector load gives ``ob`` output channels.
+`kernel_pack_map` is that layout as an IndexMap: the strategy applies it to
+constant weights at compile time and emits it as a visible layout_transform
+for runtime weights.
+
+Schedule: parallel over (output-channel block, batch, output row); a register
+tile of ``ow_block`` output columns x ``oc_block`` channels accumulates over
+(kh, kw, c) with the input broadcast and the weights vector-loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, te, tirx
+from tvm.tirx import IndexMap
+
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+
+SUPPORTED_DTYPES = ("float32",)
+
+
+@dataclass(frozen=True)
+class Conv2DGeometry:
+    """Validated shapes and attributes of one conv2d_nhwc_ohwi call."""
+
+    batch: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_c: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    pad: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def out_h(self) -> int:
+        return (self.in_h + self.pad[0] + self.pad[2] - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.in_w + self.pad[1] + self.pad[3] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.out_h * self.out_w * self.out_c * self.kh * self.kw * (self.in_c // self.groups)
+
+
+@dataclass(frozen=True)
+class Conv2DConfig:
+    """Schedule knobs: output channels per vector tile, output columns per register tile,
+    float32 lanes of the target's vectors."""
+
+    oc_block: int
+    ow_block: int
+    lanes: int
+
+
+def _pair(value, name: str) -> tuple[int, int]:
+    vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else (value, value))]
+    if len(vals) != 2 or min(vals) < 1:
+        raise ValueError(f"conv2d_nhwc_ohwi: {name}={tuple(vals)} is not supported; expected two positive ints")
+    return vals[0], vals[1]
+
+
+def _padding(value) -> tuple[int, int, int, int]:
+    vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else (value,))]
+    if len(vals) == 1:
+        vals *= 4
+    elif len(vals) == 2:
+        vals = [vals[0], vals[1], vals[0], vals[1]]
+    if len(vals) != 4 or min(vals) < 0:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: padding={tuple(vals)} is not supported; expected 1, 2 or 4 "
+            "non-negative ints (all; (h, w); or (top, left, bottom, right))"
+        )
+    return tuple(vals)
+
+
+def conv2d_geometry(
+    data_shape: Sequence[int],
+    kernel_shape: Sequence[int],
+    strides=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    dtype: str = "float32",
+) -> Conv2DGeometry:
+    """Check a conv2d_nhwc_ohwi call and return its geometry.
+
+    data_shape: 4-D, NHWC: [batch, in_height, in_width, in_channel].
+    kernel_shape: 4-D, OHWI: [out_channel, kernel_h, kernel_w, in_channel / groups].
+    Raises ValueError naming the offending value and what is supported.
+    """
+    if str(dtype) not in SUPPORTED_DTYPES:
+        raise ValueError(f"conv2d_nhwc_ohwi: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
+    if len(data_shape) != 4:
+        raise ValueError(f"conv2d_nhwc_ohwi: data has rank {len(data_shape)} (shape {list(data_shape)}); expected 4-D NHWC")
+    if len(kernel_shape) != 4:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: kernel has rank {len(kernel_shape)} (shape {list(kernel_shape)}); expected 4-D OHWI"
+        )
+    n, h, w, c = (int(v) for v in data_shape)
+    o, kh, kw, cg = (int(v) for v in kernel_shape)
+    groups = int(groups)
+    if groups < 1 or c % groups or o % groups:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: groups={groups} must be >= 1 and divide in_channels={c} and out_channels={o}"
+        )
+    if cg * groups != c:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: kernel in_channels {cg} x groups {groups} != data channels {c} "
+            f"(data {list(data_shape)}, kernel {list(kernel_shape)})"
+        )
+    geo = Conv2DGeometry(n, h, w, c, o, kh, kw, _pair(strides, "strides"), _padding(padding),
+                         _pair(dilation, "dilation"), groups)
+    if geo.out_h < 1 or geo.out_w < 1:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: output size {geo.out_h}x{geo.out_w} is empty for input {h}x{w}, "
+            f"kernel {kh}x{kw}, padding {geo.pad}, dilation {geo.dilation}"
+        )
+    return geo
+
+
+def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DConfig:
+    """Tile sizes for `geo` on `target`, derived from the vector width and register budget."""
+    knobs = cpu_knobs(target)
+    two = 2 * knobs.lanes
+    if geo.groups == 1:
+        # the packed kernel is zero-padded up to a multiple of oc_block
+        oc_block = two if geo.out_c > knobs.lanes else knobs.lanes
+    else:
+        # grouped: channel o reads input group o // (O / groups), so no padding
+        oc_block = largest_divisor(geo.out_c, two)
+    vectors = max(oc_block // knobs.lanes, 1)
+    ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
+    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes)
+
+
+def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
+    return round_up(geo.out_c, cfg.oc_block)
+
+
+def kernel_pack_map(cfg: Conv2DConfig) -> IndexMap:
+    """OHWI -> packed [O/ob, KH, KW, I, ob] as an IndexMap (pad O with zeros)."""
+    ob = cfg.oc_block
+    return IndexMap.from_func(lambda o, h, w, i: [o // ob, h, w, i, o % ob])
+
+
+def conv2d_nhwc_ohwi(
+    data: te.Tensor,
+    packed_kernel: te.Tensor,
+    geo: Conv2DGeometry,
+    cfg: Conv2DConfig,
+) -> te.Tensor:
+    """Convolution of NHWC data with an OHWI kernel packed by `kernel_pack_map`.
+
+    data: 4-D, NHWC: [batch, in_height, in_width, in_channel].
+    packed_kernel: 5-D: [ceil(out_channel / ob), kernel_h, kernel_w, in_channel / groups, ob].
+    Returns 4-D, NHWC: [batch, out_height, out_width, out_channel], named
+    "conv2d_nhwc_ohwi". The intermediate "conv2d_nhwc_ohwi_acc" covers the
+    padded tile grid; the schedule keeps it in registers.
+    """
+    ob, owb = cfg.oc_block, cfg.ow_block
+    o_pad, ow_pad = packed_out_channels(geo, cfg), round_up(geo.out_w, owb)
+    expected = (o_pad // ob, geo.kh, geo.kw, geo.in_c // geo.groups, ob)
+    if tuple(int(v) for v in packed_kernel.shape) != expected:
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}"
+        )
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    padded = _pad_input(data, geo, cfg)
+    cg, og = geo.in_c // geo.groups, geo.out_c // geo.groups
+    rkh = te.reduce_axis((0, geo.kh), name="rkh")
+    rkw = te.reduce_axis((0, geo.kw), name="rkw")
+    rc = te.reduce_axis((0, cg), name="rc")
+    chan = (lambda o: rc) if geo.groups == 1 else (lambda o: (o // og) * cg + rc)
+    acc = te.compute(
+        (geo.batch, geo.out_h, ow_pad, o_pad),
+        lambda n, h, w, o: te.sum(
+            padded[n, h * sh + rkh * dh, w * sw + rkw * dw, chan(o)] * packed_kernel[o // ob, rkh, rkw, rc, o % ob],
+            axis=[rkh, rkw, rc],
+        ),
+        name="conv2d_nhwc_ohwi_acc",
+    )
+    return te.compute(
+        (geo.batch, geo.out_h, geo.out_w, geo.out_c),
+        lambda n, h, w, o: acc[n, h, w, o],
+        name="conv2d_nhwc_ohwi",
+    )
+
+
+def _input_extent(geo: Conv2DGeometry, cfg: Conv2DConfig) -> tuple[int, int] | None:
+    """Rows and columns the tile grid reads, or None when it reads only the unpadded input."""
+    need_h = (geo.out_h - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
+    need_w = (round_up(geo.out_w, cfg.ow_block) - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
+    if geo.pad[0] == 0 and geo.pad[1] == 0 and need_h <= geo.in_h and need_w <= geo.in_w:
+        return None
+    return need_h, need_w
+
+
+def _pad_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
+    """Zero-pad NHWC `data` to the rows/columns the tile grid reads ("conv2d_nhwc_ohwi_pad")."""
+    extent = _input_extent(geo, cfg)
+    if extent is None:
+        return data
+    need_h, need_w = extent
+    pt, pl = geo.pad[0], geo.pad[1]
+    h_in, w_in = geo.in_h, geo.in_w
+    return te.compute(
+        (geo.batch, need_h, need_w, geo.in_c),
+        lambda n, h, w, c: tirx.if_then_else(
+            tirx.all(h >= pt, h < h_in + pt, w >= pl, w < w_in + pl),
+            data[n, h - pt, w - pl, c],
+            tirx.const(0.0, data.dtype),
+        ),
+        name="conv2d_nhwc_ohwi_pad",
+    )
+
+
+def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Conv2DConfig) -> tirx.PrimFunc:
+    """Schedule a PrimFunc made from `conv2d_nhwc_ohwi` (blocks found by name)."""
+    lanes = cfg.lanes
+    sch = s_tir.Schedule(func)
+    acc = sch.get_sblock("conv2d_nhwc_ohwi_acc")
+    out = sch.get_sblock("conv2d_nhwc_ohwi")
+    n, h, w, o, rkh, rkw, rc = sch.get_loops(acc)
+    wo, wi = sch.split(w, [None, cfg.ow_block])
+    oo, oi = sch.split(o, [None, cfg.oc_block])
+    # channel block outermost: its weight panel stays in cache across rows
+    sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
+    sch.parallel(sch.fuse(oo, n, h))
+    _register_tile(sch, wi, oi, lanes)
+    sch.reverse_compute_at(out, wo)
+    sch.set_scope(acc, 0, "local")
+    sch.decompose_reduction(acc, rkh)
+    if geo.out_c % cfg.oc_block == 0:  # else the channel tail is predicated
+        _vectorize_inner(sch, out, lanes)
+    if _input_extent(geo, cfg) is None:
+        return sch.mod["main"]
+    pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")
+    loops = sch.get_loops(pad)
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    if geo.in_c % lanes == 0:
+        _vectorize_inner(sch, pad, lanes)
+    return sch.mod["main"]
+
+
+def _register_tile(sch: s_tir.Schedule, rows, cols, lanes: int) -> None:
+    """Unroll the tile rows and split the columns into unrolled vectors."""
+    sch.unroll(rows)
+    extent = int(sch.get(cols).extent)
+    if extent % lanes == 0 and extent > lanes:
+        outer, inner = sch.split(cols, [None, lanes])
+        sch.unroll(outer)
+        sch.vectorize(inner)
+    else:
+        sch.vectorize(cols)
+
+
+def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Vectorize a copy block's innermost loop in chunks of `lanes`."""
+    inner = sch.get_loops(block)[-1]
+    extent = int(sch.get(inner).extent)
+    if extent % lanes == 0:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
+
+
+def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32") -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
+    data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
+    o_pad = packed_out_channels(geo, cfg)
+    kernel = te.placeholder(
+        (o_pad // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block), dtype, name="packed_kernel"
+    )
+    out = conv2d_nhwc_ohwi(data, kernel, geo, cfg)
+    return schedule_conv2d_nhwc_ohwi(te.create_prim_func([data, kernel, out]), geo, cfg)

@@ -1,0 +1,131 @@
+"""dense_kn: matrix product with weights stored [in, out] (K x N), optional bias.
+
+The kernel reads its weights packed as ``[N/nb, K, nb]`` (``nb`` =
+``DenseConfig.n_block``, N zero-padded to a multiple of ``nb``), so that the
+panel one register tile needs is contiguous. `weight_pack_map` is that layout
+as an IndexMap, applied at compile time to constant weights.
+
+Schedule: parallel over (column block, row block) with the column block
+outermost, so a weight panel stays in cache while all rows stream past it; a
+register tile of ``m_block`` rows x ``n_block`` columns accumulates over K.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, te, tirx
+from tvm.tirx import IndexMap
+
+from .knobs import cpu_knobs, pick_block, round_up
+
+SUPPORTED_DTYPES = ("float32",)
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    """Schedule knobs: rows and columns of the register tile, float32 vector lanes."""
+
+    m_block: int
+    n_block: int
+    lanes: int
+
+
+def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=None) -> tuple[int, int, int]:
+    """Check a dense_kn call and return (M, K, N).
+
+    data_shape: 2-D: [rows, in_features]. weight_shape: 2-D, [in_features, out_features].
+    bias_shape: None or 1-D [out_features].
+    """
+    if str(dtype) not in SUPPORTED_DTYPES:
+        raise ValueError(f"dense_kn: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
+    if len(data_shape) != 2:
+        raise ValueError(f"dense_kn: data has rank {len(data_shape)} (shape {list(data_shape)}); expected 2-D [M, K]")
+    if len(weight_shape) != 2:
+        raise ValueError(
+            f"dense_kn: weight has rank {len(weight_shape)} (shape {list(weight_shape)}); expected 2-D [K, N] ([in, out])"
+        )
+    m, k = (int(v) for v in data_shape)
+    k2, n = (int(v) for v in weight_shape)
+    if k != k2:
+        raise ValueError(f"dense_kn: data in_features {k} != weight rows {k2} (data {[m, k]}, weight {[k2, n]})")
+    if bias_shape is not None and [int(v) for v in bias_shape] != [n]:
+        raise ValueError(f"dense_kn: bias shape {list(bias_shape)} != expected [{n}]")
+    return m, k, n
+
+
+def dense_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
+    """Tile sizes for an [m, *] x [*, n] product on `target`."""
+    knobs = cpu_knobs(target)
+    n_block = 2 * knobs.lanes if n > knobs.lanes else knobs.lanes
+    rows = max(knobs.accumulators // (n_block // knobs.lanes), 1)
+    # a third of the register budget in rows keeps the B panel loads amortized
+    m_block = pick_block(m, min(rows, 8))
+    return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes)
+
+
+def weight_pack_map(cfg: DenseConfig) -> IndexMap:
+    """[K, N] -> packed [N/nb, K, nb] as an IndexMap (pad N with zeros)."""
+    nb = cfg.n_block
+    return IndexMap.from_func(lambda k, n: [n // nb, k, n % nb])
+
+
+def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig, bias: te.Tensor | None = None):
+    """data @ weight (+ bias) with the weight packed by `weight_pack_map`.
+
+    data: 2-D: [M, K]. packed_weight: 3-D: [ceil(N / nb), K, nb]. bias: 1-D [N] or None.
+    Returns 2-D [M, N] named "dense_kn"; the register tile "dense_kn_acc"
+    covers the padded tile grid.
+    """
+    m, k = (int(v) for v in data.shape)
+    mb, nb = cfg.m_block, cfg.n_block
+    expected = (round_up(n, nb) // nb, k, nb)
+    if tuple(int(v) for v in packed_weight.shape) != expected:
+        raise ValueError(f"dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}")
+    rk = te.reduce_axis((0, k), name="rk")
+    last = m - 1
+    acc = te.compute(
+        (round_up(m, mb), round_up(n, nb)),
+        # rows past M (tail tile) re-read the last row; the write-back drops them
+        lambda i, j: te.sum(data[tirx.min(i, last), rk] * packed_weight[j // nb, rk, j % nb], axis=rk),
+        name="dense_kn_acc",
+    )
+    if bias is None:
+        return te.compute((m, n), lambda i, j: acc[i, j], name="dense_kn")
+    return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense_kn")
+
+
+def schedule_dense_kn(func: tirx.PrimFunc, m: int, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
+    """Schedule a PrimFunc made from `dense_kn` (blocks found by name)."""
+    sch = s_tir.Schedule(func)
+    acc = sch.get_sblock("dense_kn_acc")
+    out = sch.get_sblock("dense_kn")
+    i, j, rk = sch.get_loops(acc)
+    io, ii = sch.split(i, [None, cfg.m_block])
+    jo, ji = sch.split(j, [None, cfg.n_block])
+    sch.reorder(jo, io, rk, ii, ji)
+    sch.parallel(sch.fuse(jo, io))
+    sch.unroll(ii)
+    vo, vi = sch.split(ji, [None, cfg.lanes]) if cfg.n_block > cfg.lanes else (None, ji)
+    if vo is not None:
+        sch.unroll(vo)
+    sch.vectorize(vi)
+    sch.reverse_compute_at(out, sch.get_loops(acc)[0])
+    sch.set_scope(acc, 0, "local")
+    sch.decompose_reduction(acc, rk)
+    if n % cfg.n_block == 0:  # else the column tail is predicated
+        inner = sch.get_loops(out)[-1]
+        _, vec = sch.split(inner, [None, cfg.lanes])
+        sch.vectorize(vec)
+    return sch.mod["main"]
+
+
+def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = False, dtype: str = "float32"):
+    """The scheduled PrimFunc (data, packed_weight[, bias]) -> out for one shape."""
+    data = te.placeholder((m, k), dtype, name="data")
+    weight = te.placeholder((round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight")
+    bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
+    out = dense_kn(data, weight, n, cfg, bias)
+    args = [data, weight] + ([bias] if with_bias else []) + [out]
+    return schedule_dense_kn(te.create_prim_func(args), m, n, cfg)

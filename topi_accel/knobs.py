@@ -1,0 +1,54 @@
+"""What the schedules read from the target: vector lanes and register budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm.target import codegen
+
+
+@dataclass(frozen=True)
+class CPUKnobs:
+    """Target facts the schedules derive their tile sizes from.
+
+    lanes: float32 elements in one vector register.
+    accumulators: vector registers a register tile may keep live
+    (the rest hold the weight vectors and the broadcast input).
+    """
+
+    lanes: int
+    accumulators: int
+
+
+def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
+    """Derive the knobs from `target` (default: the current target, else the host)."""
+    target = target or tvm.target.Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm":
+        target = tvm.target.Target("llvm")
+    bits = int(codegen.llvm_get_vector_width(target))
+    lanes = max(bits // 32, 1)
+    # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
+    accumulators = 24 if bits >= 512 else 12
+    return CPUKnobs(lanes=lanes, accumulators=accumulators)
+
+
+def largest_divisor(n: int, cap: int) -> int:
+    """Largest divisor of `n` that is <= `cap`."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def pick_block(n: int, cap: int) -> int:
+    """A block size for an axis of extent `n`: a divisor when a good one exists, else `cap`.
+
+    A block that does not divide `n` makes the kernel compute a padded tail
+    that the write-back discards.
+    """
+    if n <= cap:
+        return n
+    div = largest_divisor(n, cap)
+    return div if 2 * div >= cap else cap
+
+
+def round_up(n: int, block: int) -> int:
+    return (n + block - 1) // block * block
