@@ -58,22 +58,30 @@ class Conv2DGeometry:
 @dataclass(frozen=True)
 class Conv2DConfig:
     """Schedule knobs: output channels per vector tile, output columns per register tile,
-    float32 lanes of the target's vectors."""
+    float32 lanes of the target's vectors, whether to use threads."""
 
     oc_block: int
     ow_block: int
     lanes: int
+    parallel: bool = True
+
+
+def _as_list(value, repeat: int) -> list:
+    """A scalar repeated `repeat` times, or any sequence (list, tuple, tvm Array) as a list."""
+    if isinstance(value, (int, tvm.tirx.IntImm)):
+        return [value] * repeat
+    return list(value)
 
 
 def _pair(value, name: str) -> tuple[int, int]:
-    vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else (value, value))]
+    vals = [int(v) for v in _as_list(value, 2)]
     if len(vals) != 2 or min(vals) < 1:
         raise ValueError(f"conv2d_nhwc_ohwi: {name}={tuple(vals)} is not supported; expected two positive ints")
     return vals[0], vals[1]
 
 
 def _padding(value) -> tuple[int, int, int, int]:
-    vals = [int(v) for v in (value if isinstance(value, (list, tuple)) else (value,))]
+    vals = [int(v) for v in _as_list(value, 1)]
     if len(vals) == 1:
         vals *= 4
     elif len(vals) == 2:
@@ -143,7 +151,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
         oc_block = largest_divisor(geo.out_c, two)
     vectors = max(oc_block // knobs.lanes, 1)
     ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
-    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes)
+    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel)
 
 
 def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
@@ -238,7 +246,9 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     oo, oi = sch.split(o, [None, cfg.oc_block])
     # channel block outermost: its weight panel stays in cache across rows
     sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-    sch.parallel(sch.fuse(oo, n, h))
+    outer = sch.fuse(oo, n, h)
+    if cfg.parallel:
+        sch.parallel(outer)
     _register_tile(sch, wi, oi, lanes)
     sch.reverse_compute_at(out, wo)
     sch.set_scope(acc, 0, "local")
@@ -249,7 +259,9 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         return sch.mod["main"]
     pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")
     loops = sch.get_loops(pad)
-    sch.parallel(sch.fuse(loops[0], loops[1]))
+    outer = sch.fuse(loops[0], loops[1])
+    if cfg.parallel:
+        sch.parallel(outer)
     if geo.in_c % lanes == 0:
         _vectorize_inner(sch, pad, lanes)
     return sch.mod["main"]

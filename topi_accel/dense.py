@@ -25,11 +25,13 @@ SUPPORTED_DTYPES = ("float32",)
 
 @dataclass(frozen=True)
 class DenseConfig:
-    """Schedule knobs: rows and columns of the register tile, float32 vector lanes."""
+    """Schedule knobs: rows and columns of the register tile, float32 vector lanes,
+    whether to use threads."""
 
     m_block: int
     n_block: int
     lanes: int
+    parallel: bool = True
 
 
 def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=None) -> tuple[int, int, int]:
@@ -62,7 +64,7 @@ def dense_config(m: int, n: int, target: tvm.target.Target | None = None) -> Den
     rows = max(knobs.accumulators // (n_block // knobs.lanes), 1)
     # a third of the register budget in rows keeps the B panel loads amortized
     m_block = pick_block(m, min(rows, 8))
-    return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes)
+    return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
 
 
 def weight_pack_map(cfg: DenseConfig) -> IndexMap:
@@ -105,7 +107,9 @@ def schedule_dense_kn(func: tirx.PrimFunc, m: int, n: int, cfg: DenseConfig) -> 
     io, ii = sch.split(i, [None, cfg.m_block])
     jo, ji = sch.split(j, [None, cfg.n_block])
     sch.reorder(jo, io, rk, ii, ji)
-    sch.parallel(sch.fuse(jo, io))
+    outer = sch.fuse(jo, io)
+    if cfg.parallel:
+        sch.parallel(outer)
     sch.unroll(ii)
     vo, vi = sch.split(ji, [None, cfg.lanes]) if cfg.n_block > cfg.lanes else (None, ji)
     if vo is not None:

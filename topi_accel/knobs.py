@@ -15,22 +15,36 @@ class CPUKnobs:
     lanes: float32 elements in one vector register.
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
+    parallel: whether kernels split work across threads (target "num-cores" > 1).
     """
 
     lanes: int
     accumulators: int
+    parallel: bool
+
+
+def vector_bits(target: tvm.target.Target) -> int:
+    """Widest float vector of `target`'s mcpu/mattr.
+
+    Read from the CPU features: ``llvm_get_vector_width`` answers 512 for every
+    x86 mcpu in TVM 0.27, so it cannot tell an AVX2 target from an AVX-512 one.
+    """
+    for bits, feature in ((512, "avx512f"), (256, "avx2"), (256, "avx")):
+        if codegen.llvm_cpu_has_features([feature], target):
+            return bits
+    return 128
 
 
 def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
     """Derive the knobs from `target` (default: the current target, else the host)."""
     target = target or tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "llvm":
-        target = tvm.target.Target("llvm")
-    bits = int(codegen.llvm_get_vector_width(target))
-    lanes = max(bits // 32, 1)
+        raise ValueError(f"topi_accel: target {target} is not an LLVM CPU target; the accel kernels need one")
+    bits = vector_bits(target)
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
     accumulators = 24 if bits >= 512 else 12
-    return CPUKnobs(lanes=lanes, accumulators=accumulators)
+    cores = int(target.attrs.get("num-cores", 0) or 0)
+    return CPUKnobs(lanes=bits // 32, accumulators=accumulators, parallel=cores != 1)
 
 
 def largest_divisor(n: int, cap: int) -> int:

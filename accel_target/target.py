@@ -1,0 +1,72 @@
+"""Target("accel"): a tag over the LLVM kind, keys ("accel", "cpu"), tuned for this host.
+
+Variants need no edit of the package: a target dict that names the tag and
+overrides what the schedules read, e.g.
+
+    Target({"tag": "accel", "num-cores": 1})           # single-threaded kernels
+    Target({"tag": "accel", "mattr": ["-avx512f"]})    # 256-bit (AVX2) tiles
+    Target({"tag": "accel", "mcpu": "skylake-avx512"}) # another CPU
+
+Every target whose keys contain "accel" gets the accel kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import tvm
+from tvm.target import codegen
+
+TAG = "accel"
+KEY = "accel"
+logger = logging.getLogger(__name__)
+
+
+def host_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def host_cpu() -> str:
+    """LLVM name of the host CPU.
+
+    ``mcpu="native"`` is not valid for the conda triple TVM 0.27's LLVM 22
+    uses, and LLVM then silently emits generic x86-64 code (no AVX at all),
+    so the tag carries the detected name instead.
+    """
+    cpu = str(codegen.llvm_get_system_cpu())
+    triple = str(codegen.llvm_get_system_triple())
+    if cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple):
+        return cpu
+    logger.warning("accel: LLVM does not know host CPU %r; using x86-64-v3", cpu)
+    return "x86-64-v3"
+
+
+def target_config() -> dict:
+    """The dict the "accel" tag stands for on this host."""
+    return {"kind": "llvm", "keys": [KEY, "cpu"], "mcpu": host_cpu(), "num-cores": host_cores()}
+
+
+def is_accel(target: tvm.target.Target | None) -> bool:
+    """Whether `target` asks for the accel kernels."""
+    return target is not None and KEY in [str(k) for k in target.keys]
+
+
+def use_all_cores() -> None:
+    """Make TVM's thread pool use every core unless the user chose a number.
+
+    The pool reads TVM_NUM_THREADS once, when it first runs parallel work, and
+    without it takes half the hardware threads (one of two cores here);
+    ``runtime.config_threadpool`` does not raise that number afterwards.
+    """
+    os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
+
+
+def register() -> None:
+    """Register the "accel" tag (idempotent) and size the thread pool."""
+    tvm.target.register_tag(TAG, target_config(), override=True)
+    use_all_cores()

@@ -1,0 +1,41 @@
+"""Op strategies for the accel target: which kernel each Relax op call gets.
+
+Importing this package registers the implementations in its own registry;
+`install()` hooks them into Relax legalization (done by `import accel_target`).
+"""
+
+from . import conv2d, dense
+from .dispatch import install as _install_op
+from .registry import (
+    Decision,
+    Implementation,
+    StrictModeError,
+    covered_ops,
+    implementations,
+    recording,
+    register,
+    select,
+    strict,
+)
+
+
+def install() -> None:
+    """Hook every op that has an implementation into FLegalize (idempotent)."""
+    for op in covered_ops():
+        _install_op(op)
+
+
+__all__ = [
+    "Decision",
+    "Implementation",
+    "StrictModeError",
+    "conv2d",
+    "covered_ops",
+    "dense",
+    "implementations",
+    "install",
+    "recording",
+    "register",
+    "select",
+    "strict",
+]

@@ -1,0 +1,71 @@
+"""relax.nn.conv2d implementations for the accel target."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+import topi_accel
+
+from .dispatch import kernel_call
+from .layout import is_permutation, pack_weight, static_shape, to_layout
+from .registry import register
+
+SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
+
+
+def conv2d_condition(call: relax.Call) -> str | None:
+    """conv2d_nhwc_ohwi.accel takes any plain layout of float32 data with static shapes."""
+    attrs = call.attrs
+    data, kernel = call.args
+    for what, layout, axes in (
+        ("data_layout", attrs.data_layout, "NCHW"),
+        ("kernel_layout", attrs.kernel_layout, "OIHW"),
+        ("out_layout", attrs.out_layout, "NCHW"),
+    ):
+        if not is_permutation(str(layout), axes):
+            return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
+    dtypes = {str(data.ty.dtype), str(kernel.ty.dtype)}
+    if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void"):
+        dtypes.add(str(attrs.out_dtype))
+    if not dtypes <= set(SUPPORTED_DTYPES):
+        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
+    if static_shape(data) is None or static_shape(kernel) is None:
+        return "symbolic shapes are not supported"
+    return None
+
+
+@register("relax.nn.conv2d", "conv2d_nhwc_ohwi.accel", condition=conv2d_condition)
+def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Convert data to NHWC and weights to the packed OHWI kernel layout, call the kernel,
+    convert the result to out_layout."""
+    attrs = call.attrs
+    data_layout, kernel_layout, out_layout = str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)
+    data = call.args[0]
+    if data_layout != "NHWC":
+        data = bb.emit(to_layout(data, data_layout, "NHWC", bb))
+    kernel_shape = static_shape(call.args[1])
+    dtype = str(data.ty.dtype)
+    geo = topi_accel.conv2d_geometry(
+        static_shape(data),
+        [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"],
+        attrs.strides,
+        attrs.padding,
+        attrs.dilation,
+        attrs.groups,
+        dtype,
+    )
+    cfg = topi_accel.conv2d_config(geo)
+    kernel = pack_weight(
+        bb, call.args[1], kernel_layout, "OHWI", topi_accel.kernel_pack_map(cfg), ("O", cfg.oc_block)
+    )
+    out = kernel_call(
+        bb,
+        topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, dtype),
+        "conv2d_nhwc_ohwi",
+        "conv2d_nhwc_ohwi.accel",
+        [data, kernel],
+        relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
+    )
+    if out_layout == "NHWC":
+        return out
+    return to_layout(bb.emit(out), "NHWC", out_layout, bb)

@@ -1,0 +1,98 @@
+"""The FLegalize hook: under an accel target, pick an implementation; else TVM's own.
+
+`install(op)` overrides the op's FLegalize at level 11 and keeps TVM's
+function as the op attribute "accel.FLegalizeTVM", which also marks the hook
+as installed (so a second install, or a re-import, changes nothing).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.ir import Op
+
+from .registry import Decision, StrictModeError, implementations, is_strict, record, select
+
+ORIGINAL_ATTR = "accel.FLegalizeTVM"
+# FuseOps must not merge other ops into a scheduled kernel (TVM's kOpaque)
+OPAQUE = 8
+
+
+def _dim(d):
+    return int(d) if isinstance(d, tvm.tirx.IntImm) else d
+
+
+def describe_inputs(call: relax.Call) -> tuple[str, ...]:
+    """'float32[1, 3, 224, 224]' for each tensor argument of `call`."""
+    out = []
+    for arg in call.args:
+        ty = arg.ty
+        if isinstance(ty, relax.TensorType):
+            dims = "?" if ty.shape is None else ", ".join(str(_dim(d)) for d in ty.shape)
+            out.append(f"{ty.dtype}[{dims}]")
+    return tuple(out)
+
+
+def _original(op: Op):
+    """TVM's FLegalize kept by `install`, or None before it ran.
+
+    (``Op.has_attr`` cannot tell: it answers True for every op once any op has the attribute.)
+    """
+    try:
+        return op.get_attr(ORIGINAL_ATTR)
+    except tvm.error.InternalError:  # no op has the attribute yet
+        return None
+
+
+def tvm_legalize(call: relax.Call):
+    """TVM's own FLegalize of the call's op."""
+    return _original(call.op)
+
+
+def _tag_funcs(bb: relax.BlockBuilder, expr: relax.Expr, key: str, value: str) -> None:
+    """Set attribute `key` on every PrimFunc `expr` calls through call_tir."""
+    if not isinstance(expr, relax.Call) or not expr.args or not isinstance(expr.args[0], tvm.ir.GlobalVar):
+        return
+    gvar = expr.args[0]
+    func = bb.get()[gvar]
+    if isinstance(func, tvm.tirx.PrimFunc):
+        bb.update_func(gvar, func.with_attr(key, value))
+
+
+def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """FLegalize of every covered op."""
+    target = tvm.target.Target.current(allow_none=True)
+    keys = [] if target is None else [str(k) for k in target.keys]
+    if not implementations(call.op.name, keys):
+        return tvm_legalize(call)(bb, call)
+    impl, skipped = select(call, keys)
+    inputs = describe_inputs(call)
+    if impl is not None:
+        record(Decision(call.op.name, impl.name, "", inputs, tuple(skipped)))
+        return impl.legalize(bb, call)
+    reason = "; ".join(f"{name}: {why}" for name, why in skipped)
+    if is_strict():
+        raise StrictModeError(f"{call.op.name} on {', '.join(inputs)} has no accel kernel ({reason}); strict mode forbids the fallback to TVM's kernel")
+    record(Decision(call.op.name, None, reason, inputs, tuple(skipped)))
+    result = tvm_legalize(call)(bb, call)
+    _tag_funcs(bb, result, "accel.fallback", reason)
+    return result
+
+
+def install(op_name: str) -> None:
+    """Route `op_name`'s legalization through `dispatch` (idempotent)."""
+    op = Op.get(op_name)
+    if _original(op) is not None:
+        return
+    original = op.get_attr("FLegalize")
+    if original is None:
+        raise ValueError(f"strategy: {op_name} has no FLegalize to delegate to")
+    tvm.ir.register_op_attr(op_name, ORIGINAL_ATTR, original)
+    tvm.ir.register_op_attr(op_name, "FLegalize", dispatch, level=11)
+
+
+def kernel_call(bb: relax.BlockBuilder, func: tvm.tirx.PrimFunc, name: str, impl: str, args, out_type):
+    """Add a scheduled kernel to the module and return the call_tir to it."""
+    func = func.with_attrs({"accel.impl": impl, "op_pattern": OPAQUE})
+    gvar = bb.add_func(func, name)
+    return relax.call_tir(gvar, args, out_type)

@@ -1,0 +1,127 @@
+"""Implementations per Relax op, and the record of what each call got.
+
+The Relax counterpart of Relay's OpStrategy: an implementation has a name
+("<compute>.<target key>"), the target key it serves, a condition on the
+call (attributes, shapes, dtypes) and a priority level. Adding a kernel is one
+`register` call; the dispatcher tries the implementations of an op in
+priority order and records why each skipped one did not match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from tvm import relax
+
+# A condition returns None when the implementation can take the call, else the reason it cannot.
+Condition = Callable[[relax.Call], "str | None"]
+Legalize = Callable[[relax.BlockBuilder, relax.Call], relax.Expr]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way to lower `op` for targets with `target_key`."""
+
+    op: str
+    name: str
+    target_key: str
+    condition: Condition
+    legalize: Legalize
+    plevel: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one op call got: an implementation, or TVM's own kernel and why."""
+
+    op: str
+    implementation: str | None
+    reason: str
+    inputs: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def fallback(self) -> bool:
+        return self.implementation is None
+
+
+class StrictModeError(RuntimeError):
+    """Raised in strict mode when an op would fall back to TVM's generic kernel."""
+
+
+_IMPLEMENTATIONS: dict[str, list[Implementation]] = {}
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_strict", default=False)
+_LOG: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_decisions", default=None)
+
+
+def register(op: str, name: str, *, condition: Condition, key: str = "accel", plevel: int = 10):
+    """Decorator: register a legalize function as implementation `name` of `op`.
+
+    Re-registering a name replaces it, so re-importing a module is harmless.
+    """
+
+    def _register(legalize: Legalize) -> Legalize:
+        impls = [i for i in _IMPLEMENTATIONS.get(op, []) if i.name != name]
+        impls.append(Implementation(op, name, key, condition, legalize, plevel))
+        _IMPLEMENTATIONS[op] = sorted(impls, key=lambda i: -i.plevel)
+        return legalize
+
+    return _register
+
+
+def implementations(op: str, target_keys=None) -> list[Implementation]:
+    """The implementations of `op` (for a target with `target_keys`), best first."""
+    impls = _IMPLEMENTATIONS.get(op, [])
+    if target_keys is None:
+        return list(impls)
+    keys = {str(k) for k in target_keys}
+    return [i for i in impls if i.target_key in keys]
+
+
+def covered_ops() -> list[str]:
+    return sorted(_IMPLEMENTATIONS)
+
+
+def select(call: relax.Call, target_keys) -> tuple[Implementation | None, list[tuple[str, str]]]:
+    """The best implementation whose condition holds, and (name, reason) of those skipped."""
+    skipped = []
+    for impl in implementations(call.op.name, target_keys):
+        reason = impl.condition(call)
+        if reason is None:
+            return impl, skipped
+        skipped.append((impl.name, reason))
+    return None, skipped
+
+
+@contextlib.contextmanager
+def strict(enabled: bool = True) -> Iterator[None]:
+    """Within this block, a fallback to TVM's kernel raises StrictModeError."""
+    token = _STRICT.set(enabled)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def is_strict() -> bool:
+    return _STRICT.get()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Decision]]:
+    """Collect the Decision of every dispatched call made within this block."""
+    log: list[Decision] = []
+    token = _LOG.set(log)
+    try:
+        yield log
+    finally:
+        _LOG.reset(token)
+
+
+def record(decision: Decision) -> None:
+    log = _LOG.get()
+    if log is not None:
+        log.append(decision)
