@@ -55,9 +55,7 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
         dtype,
     )
     cfg = topi_accel.conv2d_config(geo)
-    kernel = pack_weight(
-        bb, call.args[1], kernel_layout, "OHWI", topi_accel.kernel_pack_map(cfg), ("O", cfg.oc_block)
-    )
+    kernel = pack_weight(bb, call.args[1], kernel_layout, "OHWI", topi_accel.kernel_pack_map(cfg))
     out = kernel_call(
         bb,
         topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, dtype),

@@ -53,7 +53,7 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     if len(data_shape) != 2:
         data = bb.emit(_reshape(bb, data, [m, k]))
     cfg = topi_accel.dense_config(m, n)
-    packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg), ("N", cfg.n_block))
+    packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg))
     out = kernel_call(
         bb,
         topi_accel.dense_kn_func(m, k, n, cfg, dtype=dtype),

@@ -14,6 +14,7 @@ import contextvars
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import tvm.error
 from tvm import relax
 
 # A condition returns None when the implementation can take the call, else the reason it cannot.
@@ -48,6 +49,7 @@ class Decision:
         return self.implementation is None
 
 
+@tvm.error.register_error  # keeps its type when raised through tvm.compile
 class StrictModeError(RuntimeError):
     """Raised in strict mode when an op would fall back to TVM's generic kernel."""
 

@@ -1,0 +1,98 @@
+"""Shared test helpers: references come from tvm.topi.testing, numpy or PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+import tvm.testing
+import tvm.topi.testing
+from tvm import relax
+
+import accel_target  # noqa: F401  (registers the target)
+from strategy.layout import map_array
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, dtype="float32"):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def pack(array: np.ndarray, index_map) -> np.ndarray:
+    """Apply a kernel's IndexMap to a weight, checked against TVM's own IndexMap.map_tensor
+    (test_map_array_matches_map_tensor), padding with zeros."""
+    return map_array(index_map, array)
+
+
+def conv2d_reference(x_nhwc, w_ohwi, strides, padding, dilation, groups):
+    """NHWC conv from tvm.topi.testing (HWIO weights, dilation applied to the weights)."""
+    dh, dw = dilation
+    w_hwio = tvm.topi.testing.dilate_python(w_ohwi.transpose(1, 2, 3, 0), (dh, dw, 1, 1))
+    return tvm.topi.testing.conv2d_nhwc_python(x_nhwc, w_hwio, strides, padding, groups)
+
+
+def run_primfunc(func: tvm.tirx.PrimFunc, inputs, out_shape, target="accel") -> np.ndarray:
+    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target)).jit()
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    lib(*args, out)
+    return out.numpy()
+
+
+def run_relax(mod: tvm.IRModule, inputs, target="accel") -> np.ndarray:
+    ex = tvm.compile(mod, target=target)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
+
+
+def single_op_module(make_call, params: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> tvm.IRModule:
+    """`main(*params)` returning make_call(**vars) where each const is bound as a Constant."""
+    bb = relax.BlockBuilder()
+    args = {name: relax.Var(name, relax.TensorType(a.shape, str(a.dtype))) for name, a in params.items()}
+    with bb.function("main", list(args.values())):
+        with bb.dataflow():
+            values = dict(args)
+            values.update({name: relax.const(a) for name, a in consts.items()})
+            out = bb.emit_output(make_call(**values))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def conv2d_module(x, w, const_weight: bool, **attrs) -> tvm.IRModule:
+    """A module with one relax.nn.conv2d; `w` is a parameter or a bound constant."""
+    call = lambda data, weight: relax.op.nn.conv2d(data, weight, **attrs)  # noqa: E731
+    if const_weight:
+        return single_op_module(call, {"data": x}, {"weight": w})
+    return single_op_module(call, {"data": x, "weight": w}, {})
+
+
+def matmul_module(x, w, const_weight: bool) -> tvm.IRModule:
+    call = lambda data, weight: relax.op.matmul(data, weight)  # noqa: E731
+    if const_weight:
+        return single_op_module(call, {"data": x}, {"weight": w})
+    return single_op_module(call, {"data": x, "weight": w}, {})
+
+
+def legalized(mod: tvm.IRModule, target="accel") -> tvm.IRModule:
+    with tvm.target.Target(target):
+        return relax.transform.LegalizeOps()(mod)
+
+
+def called_kernels(mod: tvm.IRModule) -> list[str]:
+    """Names of the PrimFuncs `main` calls through call_tir, in order."""
+    names = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
+            names.append(expr.args[0].name_hint)
+
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return names
+
+
+def assert_close(out: np.ndarray, ref: np.ndarray, rtol: float = 1e-4) -> None:
+    """Equal within `rtol`, and within 1e-5 of the output's scale near zero
+    (float32 sums in another order differ by that much)."""
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    tvm.testing.assert_allclose(out, ref, rtol=rtol, atol=1e-5 * max(scale, 1.0))

@@ -1,0 +1,80 @@
+"""conv2d_nhwc_ohwi against tvm.topi.testing.conv2d_nhwc_python."""
+
+import pytest
+import tvm
+
+import topi_accel
+from tests.helpers import assert_close, conv2d_reference, pack, rand, run_primfunc
+
+# (batch, height, width, in_c, out_c, kernel, stride, padding, dilation, groups)
+SHAPES = [
+    # ResNet-50: stem, 3x3 of each stage, strided 1x1 shortcut
+    (1, 224, 224, 3, 64, 7, 2, 3, 1, 1),
+    (1, 56, 56, 64, 64, 3, 1, 1, 1, 1),
+    (1, 14, 14, 256, 256, 3, 1, 1, 1, 1),
+    (1, 7, 7, 512, 512, 3, 1, 1, 1, 1),
+    (1, 56, 56, 256, 512, 1, 2, 0, 1, 1),
+    # tails: odd channels and widths, O not a multiple of the vector
+    (1, 17, 19, 5, 7, 3, 1, 1, 1, 1),
+    (2, 13, 11, 3, 1000, 1, 1, 0, 1, 1),
+    (3, 9, 23, 33, 17, 3, 2, 1, 1, 1),
+    # asymmetric padding (top, left, bottom, right), non-square kernels via stride
+    (1, 16, 15, 8, 24, 3, 2, (0, 1, 2, 1), 1, 1),
+    (1, 10, 10, 16, 16, 5, 1, (2, 0, 1, 3), 1, 1),
+    # dilation
+    (1, 20, 18, 8, 16, 3, 1, 2, 2, 1),
+    (2, 15, 15, 6, 12, 3, 1, 0, (2, 3), 1),
+    # groups, including depthwise (groups == channels) and MobileNetV2 depthwise
+    (1, 17, 19, 6, 9, 3, 1, 2, 2, 3),
+    (1, 12, 12, 32, 64, 3, 1, 1, 1, 4),
+    (1, 28, 28, 32, 32, 3, 2, 1, 1, 32),
+    (2, 14, 14, 144, 144, 3, 1, 1, 1, 144),
+    (1, 9, 9, 7, 7, 3, 1, 1, 1, 7),
+]
+
+TARGETS = [
+    "accel",
+    # 256-bit vectors (AVX2 tiles) and single-threaded kernels: the other schedule paths
+    {"tag": "accel", "mattr": ["-avx512f"]},
+    {"tag": "accel", "num-cores": 1},
+]
+
+
+def _run(shape, target):
+    n, h, w, c, o, k, stride, padding, dilation, groups = shape
+    x, wt = rand(n, h, w, c), rand(o, k, k, c // groups)
+    target = tvm.target.Target(target)
+    with target:
+        geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride, padding, dilation, groups)
+        cfg = topi_accel.conv2d_config(geo)
+    packed = pack(wt, topi_accel.kernel_pack_map(cfg))
+    out = run_primfunc(
+        topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o), target
+    )
+    return out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, groups), cfg
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_conv2d_nhwc_ohwi(shape):
+    out, ref, _ = _run(shape, "accel")
+    assert_close(out, ref)
+
+
+@pytest.mark.parametrize("target", TARGETS[1:], ids=str)
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[5], SHAPES[8], SHAPES[14]], ids=str)
+def test_conv2d_nhwc_ohwi_target_variants(shape, target):
+    out, ref, cfg = _run(shape, target)
+    assert_close(out, ref)
+    if "mattr" in target:
+        assert cfg.lanes == 8
+    else:
+        assert not cfg.parallel
+
+
+def test_conv2d_schedule_is_vectorized_and_parallel():
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv2d_geometry((1, 56, 56, 64), (64, 3, 3, 64), 1, 1)
+        cfg = topi_accel.conv2d_config(geo)
+    text = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg).script()
+    assert "T.parallel" in text and "T.vectorized" in text and "T.unroll" in text
+    assert 'scope="local"' in text  # the register tile
