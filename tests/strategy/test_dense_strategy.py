@@ -1,0 +1,38 @@
+"""relax.matmul with a 2-D right operand under Target("accel"): dense_kn."""
+
+import numpy as np
+import pytest
+from tvm import relax
+
+import accel_target
+from tests.helpers import assert_close, called_kernels, legalized, matmul_module, rand, run_relax, single_op_module
+
+# data shapes of rank 1 to 4 against a [K, N] weight
+DATA_SHAPES = [(33,), (7, 33), (2, 5, 33), (2, 3, 4, 33)]
+
+
+@pytest.mark.parametrize("const_weight", [True, False], ids=["const_w", "runtime_w"])
+@pytest.mark.parametrize("data_shape", DATA_SHAPES, ids=str)
+def test_matmul_runs_on_dense_kn(data_shape, const_weight):
+    x, w = rand(*data_shape), rand(33, 1000)
+    mod = matmul_module(x, w, const_weight)
+    with accel_target.recording() as log:
+        out = run_relax(mod, [x] if const_weight else [x, w])
+    assert_close(out, x @ w)
+    assert [d.implementation for d in log] == ["dense_kn.accel"]
+    kernels = called_kernels(legalized(mod))
+    assert sum(name.startswith("dense_kn") for name in kernels) == 1
+    assert sum("layout_transform" in name for name in kernels) == (0 if const_weight else 1)
+
+
+def test_linear_layer_as_pytorch_exports_it():
+    """nn.Linear arrives as matmul(x, permute_dims(W)) with W [out, in]."""
+    x, w, b = rand(4, 64), rand(48, 64), rand(48)
+    mod = single_op_module(
+        lambda data, weight, bias: relax.op.add(relax.op.matmul(data, relax.op.permute_dims(weight)), bias),
+        {"data": x}, {"weight": w, "bias": b},
+    )
+    with accel_target.recording() as log:
+        out = run_relax(mod, [x])
+    assert_close(out, x @ w.T + b)
+    assert [d.implementation for d in log] == ["dense_kn.accel"]

@@ -1,0 +1,88 @@
+"""Hypothesis fuzzing of conv2d and dense configurations through tvm.compile(target="accel").
+
+CI runs ACCEL_FUZZ_EXAMPLES (default 40) examples per test; the full run is
+    ACCEL_FUZZ_EXAMPLES=250 python -m pytest tests/test_fuzz.py
+(250 per test, 500 in all).
+"""
+
+import os
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import accel_target
+from tests.helpers import assert_close, conv2d_module, matmul_module, run_relax
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+CANONICAL = {"data": "NCHW", "kernel": "OIHW"}
+
+
+def _layout(array, canonical, layout):
+    return np.ascontiguousarray(array.transpose([canonical.index(a) for a in layout]))
+
+
+@st.composite
+def conv2d_cases(draw):
+    groups = draw(st.integers(1, 4))
+    c = groups * draw(st.integers(1, 6))
+    o = groups * draw(st.integers(1, 6))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h, w = draw(st.integers(1, 14)), draw(st.integers(1, 14))
+    assume(h + padding[0] + padding[2] >= dilation[0] * (kh - 1) + 1)
+    assume(w + padding[1] + padding[3] >= dilation[1] * (kw - 1) + 1)
+    return dict(
+        n=draw(st.integers(1, 2)), c=c, h=h, w=w, o=o, kh=kh, kw=kw, groups=groups,
+        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))), padding=padding, dilation=dilation,
+        data_layout=draw(st.sampled_from(["NCHW", "NHWC"])),
+        kernel_layout=draw(st.sampled_from(["OIHW", "OHWI", "HWIO"])),
+        const_weight=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@FUZZ
+@given(case=conv2d_cases())
+def test_fuzz_conv2d(case):
+    rng = np.random.default_rng(case["seed"])
+    x = rng.standard_normal((case["n"], case["c"], case["h"], case["w"])).astype("float32")
+    wt = rng.standard_normal((case["o"], case["c"] // case["groups"], case["kh"], case["kw"])).astype("float32")
+    pt, pl, pb, pr = case["padding"]
+    ref = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.from_numpy(x), (pl, pr, pt, pb)), torch.from_numpy(wt),
+        stride=case["strides"], dilation=case["dilation"], groups=case["groups"],
+    ).numpy()
+    dl, kl = case["data_layout"], case["kernel_layout"]
+    xl, wl = _layout(x, "NCHW", dl), _layout(wt, "OIHW", kl)
+    mod = conv2d_module(
+        xl, wl, case["const_weight"], strides=case["strides"], padding=case["padding"],
+        dilation=case["dilation"], groups=case["groups"], data_layout=dl, kernel_layout=kl,
+    )
+    with accel_target.recording() as log:
+        out = run_relax(mod, [xl] if case["const_weight"] else [xl, wl])
+    assert [d.implementation for d in log] == ["conv2d_nhwc_ohwi.accel"]
+    assert_close(out, _layout(ref, "NCHW", dl))
+
+
+@FUZZ
+@given(
+    lead=st.lists(st.integers(1, 5), min_size=0, max_size=3),
+    k=st.integers(1, 70),
+    n=st.integers(1, 140),
+    const_weight=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_fuzz_dense(lead, k, n, const_weight, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((*lead, k)).astype("float32")
+    w = rng.standard_normal((k, n)).astype("float32")
+    with accel_target.recording() as log:
+        out = run_relax(matmul_module(x, w, const_weight), [x] if const_weight else [x, w])
+    assert [d.implementation for d in log] == ["dense_kn.accel"]
+    assert_close(out, (x.astype("float64") @ w).astype("float32"))

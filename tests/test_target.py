@@ -1,0 +1,81 @@
+"""Target("accel"): tag, host CPU, AVX-512 code, variants, thread pool, idempotent import."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import tvm
+from tvm.target import codegen
+
+import accel_target
+import topi_accel
+from tests.helpers import assert_close, matmul_module, rand, run_relax
+
+
+def test_tag_is_llvm_with_accel_keys_and_host_cpu():
+    target = tvm.target.Target("accel")
+    assert target.kind.name == "llvm"
+    assert list(target.keys)[:2] == ["accel", "cpu"]
+    assert target.attrs["mcpu"] == accel_target.host_cpu() != "native"
+    assert codegen.llvm_is_valid_cpu(target.attrs["mcpu"], codegen.llvm_get_system_triple())
+    assert accel_target.is_accel(target) and not accel_target.is_accel(tvm.target.Target("llvm"))
+
+
+def _kernel_asm(target):
+    target = tvm.target.Target(target)
+    with target:
+        geo = topi_accel.conv2d_geometry((1, 8, 8, 16), (32, 3, 3, 16), 1, 1)
+        cfg = topi_accel.conv2d_config(geo)
+    mod = tvm.IRModule({"main": topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)})
+    return tvm.tirx.build(mod, target).inspect_source("asm")
+
+
+def test_kernels_use_avx512_registers():
+    flags = open("/proc/cpuinfo").read()
+    asm = _kernel_asm("accel")
+    if " avx512f" in flags:
+        assert "zmm" in asm and "vfmadd" in asm
+    else:
+        assert "ymm" in asm
+
+
+def test_derived_avx2_variant_uses_256_bit_vectors():
+    asm = _kernel_asm({"tag": "accel", "mattr": ["-avx512f"]})
+    assert "zmm" not in asm and "ymm" in asm
+
+
+def test_derived_single_core_variant_has_no_parallel_loop():
+    target = tvm.target.Target({"tag": "accel", "num-cores": 1})
+    assert accel_target.is_accel(target)
+    with target:
+        cfg = topi_accel.dense_config(64, 64)
+    assert "T.parallel" not in topi_accel.dense_kn_func(64, 64, 64, cfg).script()
+
+
+def test_thread_pool_uses_every_core():
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    code = "import tvm, accel_target; print(tvm.get_global_func('runtime.NumThreads')())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) == accel_target.host_cores()
+
+
+def test_thread_count_chosen_by_user_is_kept():
+    env = dict(os.environ, TVM_NUM_THREADS="1")
+    code = "import tvm, accel_target; print(tvm.get_global_func('runtime.NumThreads')())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+
+
+def test_importing_twice_is_harmless():
+    import strategy
+    import strategy.conv2d
+    import strategy.dense
+
+    for module in (strategy.conv2d, strategy.dense, strategy, accel_target):
+        importlib.reload(module)
+    x, w = rand(3, 8), rand(8, 4)
+    with accel_target.recording() as log:
+        assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
+    assert [d.implementation for d in log] == ["dense_kn.accel"]
+    assert [i.name for i in strategy.implementations("relax.matmul")] == ["dense_kn.accel"]
