@@ -1,0 +1,68 @@
+"""Benchmark setup: every contender on the same thread count; a ratio table at the end.
+
+The thread count is ACCEL_BENCH_THREADS (default: every core); it is applied
+before anything starts a thread pool: TVM (TVM_NUM_THREADS), PyTorch
+(set_num_threads) and numpy's OpenBLAS (threadpoolctl).
+"""
+
+import os
+
+import accel_target
+
+THREADS = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
+os.environ["TVM_NUM_THREADS"] = str(THREADS)
+
+import platform  # noqa: E402
+
+import pytest  # noqa: E402
+import threadpoolctl  # noqa: E402
+import torch  # noqa: E402
+import tvm  # noqa: E402
+
+torch.set_num_threads(THREADS)
+threadpoolctl.threadpool_limits(THREADS)
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def machine_line() -> str:
+    return (
+        f"{THREADS} threads for every contender; CPU {accel_target.host_cpu()} "
+        f"({platform.machine()}, {os.cpu_count()} cores); apache-tvm {tvm.__version__}, "
+        f"torch {torch.__version__}, numpy {__import__('numpy').__version__}"
+    )
+
+
+def ratio_table(benchmarks) -> str:
+    """Markdown: one row per group, median ms of each contender, accel's speed-up over each."""
+    groups: dict[str, dict[str, float]] = {}
+    for bench in benchmarks:
+        # test_<contender>[...] or test_<contender>_dense[...]
+        contender = bench.name.split("[")[0].removeprefix("test_").removesuffix("_dense")
+        groups.setdefault(bench.group, {})[contender] = bench.stats.median * 1e3
+    names = sorted({c for g in groups.values() for c in g} - {"accel"})
+    lines = [
+        "| shape | accel ms | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names) + " |",
+        "|---" * (2 + 2 * len(names)) + "|",
+    ]
+    for group, times in groups.items():
+        accel = times.get("accel")
+        cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
+        ratios = [f"{times[n] / accel:.2f}x" if n in times and accel else "" for n in names]
+        lines.append(f"| {group} | {accel:.3f} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or not session.benchmarks:
+        return
+    table = ratio_table(session.benchmarks)
+    text = f"{machine_line()}\n\n{table}\n\n'vs X' = X's median time / accel's (above 1: accel is faster)\n"
+    terminalreporter.write_line("")
+    terminalreporter.write_line(text)
+    os.makedirs(RESULTS, exist_ok=True)
+    name = os.environ.get("ACCEL_BENCH_RESULT", "kernels")
+    with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
+        f.write(f"# {name}\n\n{text}")

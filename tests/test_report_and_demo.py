@@ -1,0 +1,47 @@
+"""The kernel counts read from an executable, and the demo (the README's main job)."""
+
+import io
+import subprocess
+import sys
+
+import tvm
+
+import accel_target
+from accel_target import demo
+from accel_target.report import format_table, runtime_kernels
+from tests.helpers import conv2d_module, rand
+
+
+def test_runtime_kernels_counts_transforms_by_kind():
+    x, w = rand(1, 3, 8, 8), rand(4, 3, 3, 3)
+    runtime_w = runtime_kernels(tvm.compile(conv2d_module(x, w, False), target="accel"))
+    assert runtime_w.accel == 1 and runtime_w.activation_transforms == 2 and runtime_w.weight_transforms == 1
+    assert [c.rstrip("0123456789") for c in runtime_w.calls] == [
+        "transpose", "weight_layout_transform", "conv2d_nhwc_ohwi", "transpose"
+    ]
+    const_w = runtime_kernels(tvm.compile(conv2d_module(x, w, True), target="accel"))
+    assert const_w.weight_transforms == 0 and const_w.activation_transforms == 2
+
+
+def test_format_table_names_kernel_or_fallback_reason():
+    decisions = [
+        accel_target.Decision("relax.matmul", "dense_kn.accel", "", ("float32[2, 3]", "float32[3, 4]")),
+        accel_target.Decision("relax.nn.conv2d", None, "dtype int8 is not supported", ("int8[1, 3, 8, 8]",)),
+    ]
+    lines = format_table(decisions).splitlines()
+    assert lines[2].split() == ["relax.matmul", "float32[2,", "3]", "float32[3,", "4]", "dense_kn.accel"]
+    assert lines[3].endswith("TVM fallback: dtype int8 is not supported")
+
+
+def test_demo_checks_output_and_reports():
+    out = io.StringIO()
+    assert demo.run(out) == 0
+    text = out.getvalue()
+    assert text.count("conv2d_nhwc_ohwi.accel") == 5 and text.count("dense_kn.accel") == 1
+    assert "runtime layout transforms: 0" in text and "(ok)" in text and "faster" in text
+
+
+def test_demo_command_line():
+    result = subprocess.run([sys.executable, "-m", "accel_target", "demo"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "speed (" in result.stdout
