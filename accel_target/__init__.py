@@ -4,25 +4,39 @@
 - the target tag "accel" (`Target("accel")`), tuned for this host;
 - the accel kernels as the legalization of conv2d and matmul under any
   target whose keys contain "accel" (other targets keep TVM's own);
+- the Relax pipeline "accel" (`tvm.compile(..., relax_pipeline="accel")`);
 - TVM's thread pool sized to every core (unless TVM_NUM_THREADS is set).
+
+Whole models: `from_torch` / `from_onnx` -> `build` (or `optimize`) -> `report`.
 """
 
 import strategy as _strategy
-
-from . import target as _target
-from .target import host_cores, host_cpu, is_accel, target_config
 from strategy import Decision, StrictModeError, recording, strict
+
+from . import pipeline as _pipeline
+from . import target as _target
+from .frontend import from_onnx, from_torch
+from .pipeline import build, optimize, report
+from .report import Report
+from .target import host_cores, host_cpu, is_accel, target_config
 
 _target.register()
 _strategy.install()
+_pipeline.register()
 
 __all__ = [
     "Decision",
+    "Report",
     "StrictModeError",
+    "build",
+    "from_onnx",
+    "from_torch",
     "host_cores",
     "host_cpu",
     "is_accel",
+    "optimize",
     "recording",
+    "report",
     "strict",
     "target_config",
 ]

@@ -1,24 +1,35 @@
-"""What ran where: the strategy decisions and the kernels an executable calls."""
+"""What ran where: for every op, its shapes, layouts and kernel; the runtime layout transforms.
+
+`report(executable_or_module)` returns a `Report`: printable as a table
+(`str(report)`), and plain data (`report.to_dict()`, `report.to_json()`).
+Transform counts always come from what the executable (or lowered module)
+calls, so the report cannot claim less than what runs.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
+import tvm
 from tvm import relax
 
+import strategy
 from strategy import Decision
+from strategy.dispatch import describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
 
 ACCEL_KERNELS = ("conv2d_nhwc_ohwi", "dense_kn")
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 _CALL = re.compile(r"^\s*call\s+(\S+)\s+in:\s*(.*?)\s+dst:")
+_LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout", "layout")
 
 
 @dataclass(frozen=True)
 class KernelCounts:
-    """The kernels `main` of an executable calls, in order, classified by name."""
+    """The kernels `main` calls, in order, classified by name."""
 
     calls: tuple[str, ...]
     accel: int
@@ -30,41 +41,153 @@ class KernelCounts:
         return self.activation_transforms + self.weight_transforms
 
 
-def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> KernelCounts:
-    """Count the kernels `function` calls, read from the VM bytecode.
+def _classify(calls: Sequence[tuple[str, bool]]) -> KernelCounts:
+    """Count (kernel name, first input is a constant) pairs.
 
     A layout transform is a weight transform when it is the strategies'
     runtime weight packing or when its input is a constant (a transform
     compile time could have folded); otherwise it moves activations.
     """
-    calls, accel, activations, weights = [], 0, 0, 0
-    in_function = False
+    accel = activations = weights = 0
+    for name, const_input in calls:
+        if name.startswith(ACCEL_KERNELS):
+            accel += 1
+        elif any(t in name for t in TRANSFORM_KERNELS):
+            if WEIGHT_TRANSFORM in name or const_input:
+                weights += 1
+            else:
+                activations += 1
+    return KernelCounts(tuple(name for name, _ in calls), accel, activations, weights)
+
+
+def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> KernelCounts:
+    """Count the kernels `function` of an executable calls, read from its VM bytecode."""
+    calls, in_function = [], False
     for line in executable.as_text().splitlines():
         if line.startswith("@"):
             in_function = line.rstrip(":") == f"@{function}"
             continue
         match = _CALL.match(line)
-        if not in_function or not match or match.group(1).startswith("vm.builtin"):
-            continue
-        name, args = match.groups()
-        calls.append(name)
-        if name.startswith(ACCEL_KERNELS):
-            accel += 1
-        elif any(t in name for t in TRANSFORM_KERNELS):
-            if WEIGHT_TRANSFORM in name or args.split(",")[0].strip().startswith("c["):
-                weights += 1
+        if in_function and match and not match.group(1).startswith("vm.builtin"):
+            name, args = match.groups()
+            calls.append((name, args.split(",")[0].strip().startswith("c[")))
+    return _classify(calls)
+
+
+def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
+    """Count the kernels `function` of a lowered IRModule calls through call_tir."""
+    calls = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
+            first = expr.args[1].fields[0] if len(expr.args[1].fields) else None
+            calls.append((expr.args[0].name_hint, isinstance(first, tvm.ir.expr.Constant)))
+
+    relax.analysis.post_order_visit(mod[function].body, visit)
+    return _classify(calls)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op of the model: what it got. kind: "accel", "fallback" (an accel
+    implementation exists but did not match: reason says why) or "tvm" (no
+    accel implementation for this op)."""
+
+    op: str
+    inputs: tuple[str, ...]
+    layouts: str
+    kind: str
+    kernel: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[OpRow, ...]
+    kernels: KernelCounts | None = field(default=None)
+
+    @staticmethod
+    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision]) -> "Report":
+        """Join the graph's op calls with the strategy decisions, in order."""
+        covered = set(strategy.covered_ops())
+        pending = list(decisions)
+        out = []
+        for op, inputs, layouts in rows:
+            if op in covered:
+                d = pending.pop(0)
+                if d.op != op:
+                    raise RuntimeError(f"accel report: decision for {d.op} does not match the graph's {op}")
+                kind = "fallback" if d.fallback else "accel"
+                out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
             else:
-                activations += 1
-    return KernelCounts(tuple(calls), accel, activations, weights)
+                out.append(OpRow(op, inputs, layouts, "tvm", "TVM", ""))
+        return Report(tuple(out))
+
+    def with_kernels(self, kernels: KernelCounts) -> "Report":
+        return Report(self.rows, kernels)
+
+    def count(self, kind: str, ops: Sequence[str] | None = None) -> int:
+        return sum(r.kind == kind and (ops is None or r.op in ops) for r in self.rows)
+
+    def to_dict(self) -> dict:
+        out = {"ops": [asdict(r) for r in self.rows]}
+        if self.kernels is not None:
+            k = self.kernels
+            out["runtime"] = {
+                "kernels": list(k.calls),
+                "accel_kernels": k.accel,
+                "activation_transforms": k.activation_transforms,
+                "weight_transforms": k.weight_transforms,
+            }
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        table = [("op", "inputs", "layouts", "kernel")]
+        for r in self.rows:
+            kernel = r.kernel if r.kind != "fallback" else f"TVM fallback: {r.reason}"
+            table.append((r.op.removeprefix("relax."), " ".join(r.inputs), r.layouts, kernel))
+        lines = [_format(table)]
+        if self.kernels is not None:
+            k = self.kernels
+            lines.append(
+                f"{len(k.calls)} kernels at run time, {k.accel} on accel; runtime layout transforms: "
+                f"{k.activation_transforms} of activations, {k.weight_transforms} of weights"
+            )
+        return "\n".join(lines)
+
+
+def _format(table) -> str:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    lines = ["  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[-1] for row in table]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _layouts(call: relax.Call) -> str:
+    attrs = call.attrs
+    if attrs is None:
+        return ""
+    found = [f"{name}={getattr(attrs, name)}" for name in _LAYOUT_ATTRS if hasattr(attrs, name)]
+    return " ".join(found)
+
+
+def op_rows(mod: tvm.IRModule, function: str = "main") -> list[tuple[str, tuple[str, ...], str]]:
+    """(op, inputs, layouts) of every op call in `function`, in binding order."""
+    rows = []
+    for block in mod[function].body.blocks:
+        for binding in block.bindings:
+            value = getattr(binding, "value", None)
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                rows.append((value.op.name, describe_inputs(value), _layouts(value)))
+    return rows
 
 
 def format_table(decisions: Sequence[Decision]) -> str:
-    """The decisions as a text table: op, inputs, kernel chosen or fallback and why."""
-    rows = [("op", "inputs", "kernel")]
+    """Strategy decisions as a text table: op, inputs, kernel chosen or fallback and why."""
+    table = [("op", "inputs", "kernel")]
     for d in decisions:
-        kernel = d.implementation or f"TVM fallback: {d.reason}"
-        rows.append((d.op, " ".join(d.inputs), kernel))
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}" for r in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+        table.append((d.op, " ".join(d.inputs), d.implementation or f"TVM fallback: {d.reason}"))
+    return _format(table)

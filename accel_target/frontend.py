@@ -1,0 +1,68 @@
+"""Model import: PyTorch (torch.export) and ONNX, with errors that say what is wrong."""
+
+from __future__ import annotations
+
+import os
+
+import tvm
+from tvm import relax
+
+
+class UnsupportedModelError(ValueError):
+    """The model uses something the importer cannot translate (named in the message)."""
+
+
+def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
+    """Import a torch.nn.Module through torch.export.
+
+    example_inputs: a tensor or a tuple of tensors (channels_last tensors and
+    models moved to channels_last are fine: memory format is not part of the graph).
+    Returns the IRModule with weights as constants, or with
+    ``keep_params_as_input=True`` the pair (IRModule, {param name: array}) for
+    ``build(mod, params)``.
+    """
+    import torch  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    model = model.eval()
+    try:
+        with torch.no_grad():
+            program = torch.export.export(model, tuple(example_inputs))
+        mod = from_exported_program(program, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
+    except (tvm.error.OpNotImplemented, KeyError, AssertionError) as err:
+        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {err}") from err
+    if not keep_params_as_input:
+        return mod
+    mod, params = relax.frontend.detach_params(mod)
+    names = [p.name for p in mod["main"].params[len(example_inputs):]]
+    return mod, {name: value.numpy() for name, value in zip(names, params["main"])}
+
+
+def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> tvm.IRModule:
+    """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx  # pylint: disable=import-outside-toplevel
+
+    model = path_or_model
+    if isinstance(path_or_model, (str, os.PathLike)):
+        if not os.path.isfile(path_or_model):
+            raise FileNotFoundError(f"accel: ONNX file {os.fspath(path_or_model)!r} does not exist")
+        try:
+            model = onnx.load(os.fspath(path_or_model))
+        except Exception as err:  # protobuf raises several types on garbage
+            raise ValueError(f"accel: {os.fspath(path_or_model)!r} is not a valid ONNX model ({err})") from err
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"accel: from_onnx takes a path or an onnx.ModelProto, got {type(model).__name__}")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        raise ValueError(f"accel: the ONNX model is malformed: {str(err).splitlines()[0]}") from err
+    try:
+        return tvm_from_onnx(model, shape_dict)
+    except tvm.error.OpNotImplemented as err:
+        raise UnsupportedModelError(f"accel: {str(err).strip().splitlines()[-1]}") from err
+
+
+__all__ = ["UnsupportedModelError", "from_onnx", "from_torch"]

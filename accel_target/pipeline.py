@@ -1,0 +1,155 @@
+"""The accel Relax pipeline, and `build` / `optimize`, the successors of `relay.build`.
+
+Small functions return lists of passes (as in relax/backend/cpu_generic):
+
+    graph_passes      fold BN into conv, decompose for inference, ConvertLayout to
+                      NHWC/OHWI, fold every weight transform, cancel the rest
+    legalize_passes   LegalizeOps (the strategies pick the kernels), fuse elementwise ops
+    lowering_passes   TVM's CPU dataflow lowering and finalization
+
+``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all three.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.backend import cpu_generic
+
+from strategy import recording, strict as strict_mode
+
+from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
+from .transforms import SimplifyPermutes, convert_input_layout
+
+# Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
+# reductions, softmax and elementwise ops follow their input's layout through
+# their FRelaxInferLayout (ConvertLayout refuses a desired layout for them).
+DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+def graph_passes() -> list[tvm.transform.Pass]:
+    """Whole-model layout conversion with every weight transform folded."""
+    return [
+        relax.transform.FoldBatchnormToConv2D(),
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.FoldConstant(),
+        relax.transform.ConvertLayout(DESIRED_LAYOUTS),
+        relax.transform.FoldConstant(),
+        SimplifyPermutes(),
+        relax.transform.FoldConstant(),
+        relax.transform.OptimizeLayoutTransform(),
+        relax.transform.RemoveRedundantReshape(),
+        relax.transform.DeadCodeElimination(),
+    ]
+
+
+def legalize_passes() -> list[tvm.transform.Pass]:
+    """Kernels for every op (accel strategies first), elementwise chains fused into one kernel."""
+    return [
+        relax.transform.LegalizeOps(),
+        relax.transform.FoldConstant(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+
+
+def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    return cpu_generic.pipeline.dataflow_lower_passes(target) + cpu_generic.pipeline.finalize_passes(target)
+
+
+def _sequential(passes) -> tvm.transform.Pass:
+    return tvm.transform.Sequential(passes)
+
+
+def get_pipeline() -> tvm.transform.Pass:
+    """The whole pipeline as one pass (registered as "accel"); reads the target from the context."""
+
+    @tvm.transform.module_pass(opt_level=0, name="AccelPipeline")
+    def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        target = tvm.target.Target.current()
+        return _sequential(graph_passes() + legalize_passes() + lowering_passes(target))(mod)
+
+    return _pipeline
+
+
+def register() -> None:
+    if "accel" not in relax.pipeline.PIPELINE_MAP:
+        relax.register_pipeline("accel")(get_pipeline)
+
+
+def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
+    if not isinstance(mod, tvm.IRModule) or "main" not in [g.name_hint for g in mod.functions]:
+        raise TypeError(f"accel: expected an IRModule with a Relax function 'main', got {type(mod).__name__}")
+    if params:
+        names = {p.name for p in mod["main"].params}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            raise ValueError(f"accel: params {unknown} are not inputs of main (inputs: {sorted(names)})")
+        mod = relax.transform.BindParams("main", {k: tvm.runtime.tensor(v) if not isinstance(v, tvm.runtime.Tensor) else v for k, v in params.items()})(mod)
+        mod = relax.transform.Normalize()(mod)
+    return convert_input_layout(mod, input_layout)
+
+
+def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False) -> tvm.IRModule:
+    """`mod` after the accel pipeline up to kernels: every op a call_tir to a named PrimFunc.
+
+    Same arguments as `build`; for inspection (``.script()``) and for `report`.
+    """
+    return _optimize(mod, params, target, input_layout, strict)[0]
+
+
+def _optimize(mod, params, target, input_layout, strict):
+    target = tvm.target.Target(target)
+    mod = _prepare(mod, params, input_layout)
+    with target:
+        graph = _sequential(graph_passes())(mod)
+        rows = op_rows(graph)
+        with strict_mode(strict), recording() as decisions:
+            lowered = _sequential(legalize_passes())(graph)
+    return lowered, Report.from_rows(rows, decisions)
+
+
+def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False) -> relax.VMExecutable:
+    """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
+
+    mod: IRModule with a Relax `main` (e.g. from `from_torch` / `from_onnx`).
+    params: name -> array for inputs of main to bind as weights (e.g. from
+        ``keep_params_as_input=True``); a module whose weights are constants needs none.
+    input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
+        input channels-last (a PyTorch channels_last tensor's memory as is).
+    strict: raise StrictModeError instead of falling back to TVM's kernel.
+
+    Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
+    which kernel every op got.
+    """
+    lowered, report = _optimize(mod, params, target, input_layout, strict)
+    target = tvm.target.Target(target)
+    executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
+    executable.accel_report = report
+    return executable
+
+
+def report(executable_or_module) -> Report:
+    """Which kernel every op got, and the layout transforms left at run time.
+
+    executable_or_module: an executable from `build` (full per-op report); a
+    Relax module, which goes through `optimize` first (target "accel"); or an
+    executable built another way (``tvm.compile(..., relax_pipeline="accel")``,
+    a loaded library), whose report lists the kernels it calls.
+    """
+    if isinstance(executable_or_module, relax.VMExecutable):
+        kernels = runtime_kernels(executable_or_module)
+        stored = getattr(executable_or_module, "accel_report", None)
+        if stored is None:
+            rows = tuple(
+                OpRow("kernel", (), "", "accel" if name.startswith(ACCEL_KERNELS) else "tvm", name)
+                for name in kernels.calls
+            )
+            stored = Report(rows)
+        return stored.with_kernels(kernels)
+    if isinstance(executable_or_module, tvm.IRModule):
+        lowered, rep = _optimize(executable_or_module, None, "accel", None, False)
+        return rep.with_kernels(module_kernels(lowered))
+    raise TypeError(f"accel report: expected a VMExecutable or an IRModule, got {type(executable_or_module).__name__}")

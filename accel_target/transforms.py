@@ -1,0 +1,137 @@
+"""Graph passes TVM lacks: cleaning up layout changes after ConvertLayout, and channels-last inputs.
+
+- `SimplifyPermutes`: compose chains of permute_dims (dropping those that
+  cancel), turn a permute that only moves size-1 axes into a reshape, and
+  absorb a flatten-before-dense: ``matmul(reshape(permute_dims(x)), W)``
+  becomes ``matmul(reshape(x), W')`` with the rows of the constant W permuted
+  at compile time instead of the activations at run time.
+- `ConvertInputLayout`: give main channels-last image inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from strategy.layout import static_shape
+
+PERMUTE = "relax.permute_dims"
+RESHAPE = "relax.reshape"
+MATMUL = "relax.matmul"
+
+
+def _op_name(expr) -> str | None:
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+        return expr.op.name
+    return None
+
+
+def _axes(call: relax.Call) -> list[int]:
+    ndim = call.args[0].ty.ndim
+    return list(range(ndim))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+
+
+def _moves_only_unit_axes(shape: list[int], axes: list[int]) -> bool:
+    """Whether permuting `shape` by `axes` keeps the order of every axis longer than 1."""
+    kept = [a for a in axes if shape[a] != 1]
+    return kept == sorted(kept)
+
+
+@mutator
+class _PermuteSimplifier(PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+        call = self.visit_expr_post_order(call)
+        name = _op_name(call)
+        if name == PERMUTE:
+            return self._permute(call.args[0], _axes(call))
+        if name == MATMUL:
+            return self._absorb_flatten(call) or call
+        return call
+
+    def _binding(self, expr):
+        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+
+    def _permute(self, data: relax.Expr, axes: list[int]) -> relax.Expr:
+        inner = self._binding(data)
+        if _op_name(inner) == PERMUTE:  # permute of a permute: one permute
+            inner_axes = _axes(inner)
+            data, axes = inner.args[0], [inner_axes[a] for a in axes]
+        if axes == sorted(axes):
+            return data
+        shape = static_shape(data)
+        if shape is not None and _moves_only_unit_axes(shape, axes):
+            return relax.op.reshape(data, [shape[a] for a in axes])
+        return relax.op.permute_dims(data, axes)
+
+    def _absorb_flatten(self, call: relax.Call) -> relax.Expr | None:
+        """matmul(reshape(permute_dims(x, p), [N, -1]), W) -> matmul(reshape(x, [N, -1]), W')."""
+        flat, weight = call.args
+        reshape = self._binding(flat)
+        if _op_name(reshape) != RESHAPE or not isinstance(weight, tvm.ir.expr.Constant):
+            return None
+        permute = self._binding(reshape.args[0])
+        if _op_name(permute) != PERMUTE:
+            return None
+        x, axes = permute.args[0], _axes(permute)
+        x_shape, flat_shape = static_shape(x), static_shape(flat)
+        if x_shape is None or flat_shape is None or axes[0] != 0 or flat_shape != [x_shape[0], math.prod(x_shape[1:])]:
+            return None
+        w = weight.value.numpy()
+        if w.ndim != 2:
+            return None
+        # rows of W follow the permuted trailing axes; reorder them to follow x's own
+        permuted_shape = [x_shape[a] for a in axes[1:]]
+        rows = w.reshape(permuted_shape + [w.shape[1]]).transpose([axes.index(j) - 1 for j in range(1, len(axes))] + [len(axes) - 1])
+        new_flat = self.builder_.emit(relax.op.reshape(x, flat_shape))
+        return relax.op.matmul(new_flat, relax.const(np.ascontiguousarray(rows.reshape(w.shape))), out_dtype=call.attrs.out_dtype)
+
+
+@tvm.transform.module_pass(opt_level=0, name="SimplifyPermutes")
+class SimplifyPermutes:  # pylint: disable=too-few-public-methods
+    """Compose/cancel permute_dims chains, unit-axis permutes to reshapes, flatten-before-dense into W."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        simplifier = _PermuteSimplifier(mod)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                simplifier.builder_.update_func(gvar, simplifier.visit_expr(func))
+        return simplifier.builder_.get()
+
+
+SUPPORTED_INPUT_LAYOUTS = ("NCHW", "NHWC")
+
+
+def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = "main") -> tvm.IRModule:
+    """`mod` whose `function` takes every 4-D NCHW input in `layout` instead.
+
+    The body starts by permuting the new input back to NCHW; after
+    ConvertLayout that permute cancels against the one in front of the first
+    convolution. None or "NCHW" leaves the module as it is.
+    """
+    if layout is None or layout == "NCHW":
+        return mod
+    if layout not in SUPPORTED_INPUT_LAYOUTS:
+        raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}")
+    func = mod[function]
+    perm_to_nchw = [layout.index(a) for a in "NCHW"]
+    new_params, bindings = [], []
+    for param in func.params:
+        shape = static_shape(param) if isinstance(param.ty, relax.TensorType) else None
+        if shape is None or len(shape) != 4:
+            new_params.append(param)
+            continue
+        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape["NCHW".index(a)] for a in layout], param.ty.dtype))
+        new_params.append(new)
+        bindings.append(relax.VarBinding(param, relax.op.permute_dims(new, perm_to_nchw)))
+    if not bindings:
+        shapes = ", ".join(f"{p.name}: {static_shape(p) if isinstance(p.ty, relax.TensorType) else p.ty}" for p in func.params)
+        raise ValueError(f"input_layout={layout!r} needs a 4-D NCHW image input, but {function}() takes ({shapes})")
+    body = relax.SeqExpr([relax.BindingBlock(bindings)] + list(func.body.blocks), func.body.body)
+    new_func = relax.Function(new_params, body, func.ret_ty, func.is_pure, func.attrs)
+    mod = mod.__class__(dict(mod.functions_items()), attrs=mod.attrs)
+    mod[function] = new_func
+    return relax.transform.Normalize()(mod)
