@@ -31,8 +31,9 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
         with torch.no_grad():
             program = torch.export.export(model, tuple(example_inputs))
         mod = from_exported_program(program, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
-    except (tvm.error.OpNotImplemented, KeyError, AssertionError) as err:
-        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {err}") from err
+    except Exception as err:  # torch.export and the importer raise many types; keep the cause
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {first_line}") from err
     if not keep_params_as_input:
         return mod
     mod, params = relax.frontend.detach_params(mod)

@@ -19,7 +19,7 @@ from tvm.relax.backend import cpu_generic
 from strategy import recording, strict as strict_mode
 
 from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
-from .transforms import SimplifyPermutes, convert_input_layout
+from .transforms import SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -27,15 +27,30 @@ from .transforms import SimplifyPermutes, convert_input_layout
 DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
 
+@tvm.transform.module_pass(opt_level=0, name="AccelConvertLayout")
+def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """ConvertLayout to DESIRED_LAYOUTS, skipped for a module without such ops.
+
+    (In TVM 0.27 ConvertLayout dies with std::bad_alloc on some transformer
+    graphs that have no convolution at all.)
+    """
+    found = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in DESIRED_LAYOUTS else None
+    )
+    return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod) if found else mod
+
+
 def graph_passes() -> list[tvm.transform.Pass]:
     """Whole-model layout conversion with every weight transform folded."""
     return [
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
+        SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
         relax.transform.FoldConstant(),
-        relax.transform.ConvertLayout(DESIRED_LAYOUTS),
+        convert_layout,
         relax.transform.FoldConstant(),
-        SimplifyPermutes(),
+        SimplifyLayouts(),
         relax.transform.FoldConstant(),
         relax.transform.OptimizeLayoutTransform(),
         relax.transform.RemoveRedundantReshape(),
@@ -87,8 +102,11 @@ def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
         unknown = sorted(set(params) - names)
         if unknown:
             raise ValueError(f"accel: params {unknown} are not inputs of main (inputs: {sorted(names)})")
-        mod = relax.transform.BindParams("main", {k: tvm.runtime.tensor(v) if not isinstance(v, tvm.runtime.Tensor) else v for k, v in params.items()})(mod)
-        mod = relax.transform.Normalize()(mod)
+        arrays = {k: v if isinstance(v, tvm.runtime.Tensor) else tvm.runtime.tensor(v) for k, v in params.items()}
+        mod = relax.transform.BindParams("main", arrays)(mod)
+        main = mod["main"]
+        if main.attrs is not None and "num_input" in main.attrs:  # every remaining parameter is an input now
+            mod["main"] = main.without_attr("num_input")
     return convert_input_layout(mod, input_layout)
 
 

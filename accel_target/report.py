@@ -42,10 +42,10 @@ class KernelCounts:
 
 
 def _classify(calls: Sequence[tuple[str, bool]]) -> KernelCounts:
-    """Count (kernel name, first input is a constant) pairs.
+    """Count (kernel name, all inputs are constants) pairs.
 
     A layout transform is a weight transform when it is the strategies'
-    runtime weight packing or when its input is a constant (a transform
+    runtime weight packing or when it reads only constants (a transform
     compile time could have folded); otherwise it moves activations.
     """
     accel = activations = weights = 0
@@ -70,7 +70,8 @@ def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> K
         match = _CALL.match(line)
         if in_function and match and not match.group(1).startswith("vm.builtin"):
             name, args = match.groups()
-            calls.append((name, args.split(",")[0].strip().startswith("c[")))
+            inputs = [a.strip() for a in args.split(",")][:-1]  # the last argument is the output
+            calls.append((name, bool(inputs) and all(a.startswith("c[") for a in inputs)))
     return _classify(calls)
 
 
@@ -80,8 +81,9 @@ def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
 
     def visit(expr):
         if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
-            first = expr.args[1].fields[0] if len(expr.args[1].fields) else None
-            calls.append((expr.args[0].name_hint, isinstance(first, tvm.ir.expr.Constant)))
+            inputs = list(expr.args[1].fields)
+            const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
+            calls.append((expr.args[0].name_hint, const))
 
     relax.analysis.post_order_visit(mod[function].body, visit)
     return _classify(calls)

@@ -1,11 +1,18 @@
-"""Graph passes TVM lacks: cleaning up layout changes after ConvertLayout, and channels-last inputs.
+"""Graph passes TVM lacks, around ConvertLayout, and channels-last inputs.
 
-- `SimplifyPermutes`: compose chains of permute_dims (dropping those that
-  cancel), turn a permute that only moves size-1 axes into a reshape, and
-  absorb a flatten-before-dense: ``matmul(reshape(permute_dims(x)), W)``
-  becomes ``matmul(reshape(x), W')`` with the rows of the constant W permuted
-  at compile time instead of the activations at run time.
-- `ConvertInputLayout`: give main channels-last image inputs.
+`SimplifyLayouts` rewrites, wherever they occur:
+- chains of permute_dims into one permute (nothing when they cancel); a
+  permute that only moves size-1 axes into a reshape;
+- a flatten-before-dense, ``matmul(reshape(permute_dims(x)), W)``, into
+  ``matmul(reshape(x), W')`` with the rows of the constant W permuted at
+  compile time instead of the activations at run time;
+- ops ConvertLayout cannot see through (no FRelaxInferLayout in TVM 0.27)
+  into ones it can: clip into maximum/minimum, a zero pad of the spatial axes
+  into the padding of the conv2d that consumes it;
+- broadcast_to that changes nothing, and a matmul weight broadcast over the
+  batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight.
+
+`convert_input_layout` gives main channels-last image inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ from strategy.layout import static_shape
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
 MATMUL = "relax.matmul"
+CLIP = "relax.clip"
+PAD = "relax.nn.pad"
+CONV2D = "relax.nn.conv2d"
+BROADCAST = "relax.broadcast_to"
 
 
 def _op_name(expr) -> str | None:
@@ -42,15 +53,58 @@ def _moves_only_unit_axes(shape: list[int], axes: list[int]) -> bool:
 
 
 @mutator
-class _PermuteSimplifier(PyExprMutator):
+class _LayoutSimplifier(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name == PERMUTE:
             return self._permute(call.args[0], _axes(call))
-        if name == MATMUL:
-            return self._absorb_flatten(call) or call
+        if name == CLIP:
+            return self._clip(call)
+        if name == BROADCAST and static_shape(call.args[0]) == static_shape(call):
+            return call.args[0]
+        rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._absorb_pad,)}
+        for rewrite in rewrites.get(name, ()):
+            new = rewrite(call)
+            if new is not None:
+                return new
         return call
+
+    def _clip(self, call: relax.Call) -> relax.Expr:
+        data, low, high = call.args
+        dtype = data.ty.dtype
+        bound = lambda v: relax.const(float(v.value), dtype)  # noqa: E731  (PrimValue -> tensor)
+        return relax.op.minimum(self.builder_.emit(relax.op.maximum(data, bound(low))), bound(high))
+
+    def _absorb_pad(self, call: relax.Call) -> relax.Expr | None:
+        """conv2d(pad(x, zeros on H and W only), w) -> conv2d(x, w) with the padding added."""
+        pad = self._binding(call.args[0])
+        if _op_name(pad) != PAD or str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0:
+            return None
+        widths = [int(v) for v in pad.attrs.pad_width]
+        layout = str(call.attrs.data_layout)
+        h, w = layout.index("H"), layout.index("W")
+        if len(widths) != 8 or any(widths[2 * a] or widths[2 * a + 1] for a in range(4) if a not in (h, w)):
+            return None
+        top, left, bottom, right = (int(v) for v in call.attrs.padding)
+        attrs = call.attrs
+        return relax.op.nn.conv2d(
+            pad.args[0], call.args[1], strides=attrs.strides,
+            padding=[top + widths[2 * h], left + widths[2 * w], bottom + widths[2 * h + 1], right + widths[2 * w + 1]],
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=layout, kernel_layout=attrs.kernel_layout,
+            out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
+        )
+
+    def _unbroadcast_weight(self, call: relax.Call) -> relax.Expr | None:
+        """matmul(x, broadcast_to(w, [B, K, N])) -> matmul(x, w) when the result is the same."""
+        source = self._binding(call.args[1])
+        if _op_name(source) != BROADCAST:
+            return None
+        weight = source.args[0]
+        if weight.ty.ndim != 2:
+            return None
+        new = self.builder_.normalize(relax.op.matmul(call.args[0], weight, out_dtype=call.attrs.out_dtype))
+        return new if static_shape(new) == static_shape(call) else None
 
     def _binding(self, expr):
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
@@ -90,12 +144,12 @@ class _PermuteSimplifier(PyExprMutator):
         return relax.op.matmul(new_flat, relax.const(np.ascontiguousarray(rows.reshape(w.shape))), out_dtype=call.attrs.out_dtype)
 
 
-@tvm.transform.module_pass(opt_level=0, name="SimplifyPermutes")
-class SimplifyPermutes:  # pylint: disable=too-few-public-methods
-    """Compose/cancel permute_dims chains, unit-axis permutes to reshapes, flatten-before-dense into W."""
+@tvm.transform.module_pass(opt_level=0, name="SimplifyLayouts")
+class SimplifyLayouts:  # pylint: disable=too-few-public-methods
+    """The rewrites listed in this module's docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        simplifier = _PermuteSimplifier(mod)
+        simplifier = _LayoutSimplifier(mod)
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 simplifier.builder_.update_func(gvar, simplifier.visit_expr(func))

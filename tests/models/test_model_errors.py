@@ -1,0 +1,93 @@
+"""Bad input to the whole-model path: a clear error naming what is wrong."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import tvm
+from onnx import TensorProto, helper
+from tvm import relax
+
+import accel_target
+from accel_target.frontend import UnsupportedModelError
+from tests.models.zoo import make
+
+
+def _onnx_model(op: str, inputs=("x",)) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node(op, list(inputs), ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+    )
+    return helper.make_model(graph)
+
+
+def test_malformed_onnx_file(tmp_path):
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(b"\x08\x07not a protobuf at all\xff\xfe")
+    with pytest.raises(ValueError, match="garbage.onnx' is not a valid ONNX model"):
+        accel_target.from_onnx(path)
+
+
+def test_missing_onnx_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothere.onnx"):
+        accel_target.from_onnx(tmp_path / "nothere.onnx")
+
+
+def test_onnx_with_unknown_op():
+    with pytest.raises(ValueError, match="No Op registered for NoSuchOp"):
+        accel_target.from_onnx(_onnx_model("NoSuchOp"))
+
+
+def test_onnx_with_op_tvm_cannot_import():
+    with pytest.raises(UnsupportedModelError, match="not supported for frontend ONNX: Det"):
+        accel_target.from_onnx(_onnx_model("Det"))
+
+
+def test_onnx_model_builds_and_matches_numpy(tmp_path):
+    model = _onnx_model("Relu")
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, path)
+    x = np.array([[-1.0, 2.0], [3.0, -4.0]], "float32")
+    vm = relax.VirtualMachine(accel_target.build(accel_target.from_onnx(path)), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), np.maximum(x, 0))
+
+
+def test_wrong_input_shape_at_run_time():
+    model, x, _ = make("residual_cnn")
+    vm = relax.VirtualMachine(accel_target.build(accel_target.from_torch(model, (x,))), tvm.cpu())
+    with pytest.raises(RuntimeError) as err:
+        vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 30, 32), "float32")))
+    message = str(err.value)
+    assert "R.Tensor((1, 3, 32, 32)" in message and "30 vs. 32" in message
+
+
+def test_input_layout_that_does_not_fit_the_model():
+    model, x, _ = make("mlp")
+    mod = accel_target.from_torch(model, (x,))
+    with pytest.raises(ValueError, match=r"input_layout='NHWC' needs a 4-D NCHW image input, but main\(\) takes \(x: \[4, 64\]\)"):
+        accel_target.build(mod, input_layout="NHWC")
+    with pytest.raises(ValueError, match="input_layout='CHWN' is not supported; supported: None, NCHW, NHWC"):
+        accel_target.build(mod, input_layout="CHWN")
+
+
+def test_params_that_are_not_inputs():
+    model, x, _ = make("mlp")
+    mod, params = accel_target.from_torch(model, (x,), keep_params_as_input=True)
+    with pytest.raises(ValueError, match=r"params \['bogus'\] are not inputs of main"):
+        accel_target.build(mod, {"bogus": np.zeros(3, "float32")})
+
+
+def test_strict_build_rejects_fallbacks():
+    model, x, _ = make("transformer_encoder")
+    with pytest.raises(accel_target.StrictModeError, match="relax.matmul on float32\\[8, 16, 16\\]"):
+        accel_target.build(accel_target.from_torch(model, (x,)), strict=True)
+
+
+def test_unexportable_torch_model_gives_clear_error():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0]
+
+    with pytest.raises(UnsupportedModelError, match="cannot import DataDependent: Take op requires"):
+        accel_target.from_torch(DataDependent(), (torch.randn(4),))

@@ -1,0 +1,104 @@
+"""Whole models from PyTorch through accel_target.build, against PyTorch, as a new user would."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import accel_target
+from tests.helpers import assert_close
+from tests.models.zoo import MODELS, make
+
+pytestmark = pytest.mark.slow
+IMAGE_MODELS = [name for name, (_, _, image) in MODELS.items() if image]
+
+
+def _run(executable, x: np.ndarray) -> np.ndarray:
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _executable_calls(executable, prefix: str) -> int:
+    """Kernels named `prefix`* that main calls, counted from the bytecode here, not by the report."""
+    main = executable.as_text().split("@main:")[1].split("\n@")[0]
+    return sum(line.split()[1].startswith(prefix) for line in main.splitlines() if line.strip().startswith("call"))
+
+
+def _check_report(executable, report):
+    rows = report.rows
+    convs = [r for r in rows if r.op == "relax.nn.conv2d"]
+    dense = [r for r in rows if r.op == "relax.matmul" and len(r.inputs) == 2 and r.inputs[1].count(",") == 1]
+    # every conv2d and every dense with a 2-D weight on an accel kernel
+    assert all(r.kind == "accel" and r.kernel == "conv2d_nhwc_ohwi.accel" for r in convs)
+    assert all(r.kind == "accel" and r.kernel == "dense_kn.accel" for r in dense)
+    # the report agrees with what the executable calls
+    assert _executable_calls(executable, "conv2d_nhwc_ohwi") == len(convs)
+    assert _executable_calls(executable, "dense_kn") == len(dense)
+    assert report.kernels.accel == len(convs) + len(dense) == report.count("accel")
+    assert report.kernels.weight_transforms == 0
+    return convs, dense
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_nchw_input(name):
+    model, x, image = make(name)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    report = accel_target.report(executable)
+    convs, dense = _check_report(executable, report)
+    assert len(convs) + len(dense) > 0
+    if image:
+        assert report.kernels.activation_transforms <= 2
+    summary = str(report)
+    assert f"{report.kernels.weight_transforms} of weights" in summary and "conv2d" in summary or not image
+
+
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_image_model_nhwc_input(name):
+    model, x, _ = make(name)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC")
+    out = _run(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().numpy())
+    report = accel_target.report(executable)
+    _check_report(executable, report)
+    assert report.kernels.activation_transforms == 0
+    assert report.to_dict()["runtime"]["activation_transforms"] == 0
+
+
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_channels_last_pytorch_model(name):
+    model, x, _ = make(name)
+    model = model.to(memory_format=torch.channels_last)
+    x = x.to(memory_format=torch.channels_last)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC")
+    # a channels_last tensor's memory, as is, is the NHWC input
+    nhwc = x.permute(0, 2, 3, 1)
+    assert nhwc.is_contiguous()
+    assert_close(_run(executable, nhwc.numpy()), model(x).detach().numpy())
+    assert accel_target.report(executable).kernels.layout_transforms == 0
+
+
+def test_params_as_inputs_give_the_same_folded_module():
+    model, x, _ = make("residual_cnn")
+    folded = accel_target.optimize(accel_target.from_torch(model, (x,)))
+    mod, params = accel_target.from_torch(model, (x,), keep_params_as_input=True)
+    assert len(mod["main"].params) == 1 + len(params)
+    bound = accel_target.optimize(mod, params)
+    tvm.ir.assert_structural_equal(bound, folded)
+    assert_close(_run(accel_target.build(mod, params), x.numpy()), model(x).detach().numpy())
+
+
+def test_registered_pipeline_matches_build():
+    model, x, _ = make("depthwise_separable_cnn")
+    mod = accel_target.from_torch(model, (x,))
+    executable = tvm.compile(mod, target="accel", relax_pipeline="accel")
+    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert accel_target.report(executable).kernels.calls == accel_target.report(accel_target.build(mod)).kernels.calls
+
+
+def test_transformer_attention_matmuls_are_reported_as_fallbacks():
+    model, x, _ = make("transformer_encoder")
+    report = accel_target.report(accel_target.build(accel_target.from_torch(model, (x,))))
+    fallbacks = [r for r in report.rows if r.kind == "fallback"]
+    assert len(fallbacks) == 2 and all("rank 3" in r.reason for r in fallbacks)
+    assert "TVM fallback: dense_kn.accel: right operand has rank 3" in str(report)
