@@ -1,8 +1,9 @@
 """The main job: compile a bundled model for accel, check it, report, compare with stock TVM.
 
-Needs no network and no files: the model is a small image classifier written
-in Relax with seeded random weights; the reference is the same module built
-by stock TVM (`target="llvm"`).
+Needs no network and no files: the model is a small ResNet written in
+PyTorch (NCHW, batch norm, strided 1x1 shortcuts) with seeded random
+weights. The reference output is PyTorch's; the speed is compared with stock
+TVM (`tvm.compile(mod, target="llvm")`) and PyTorch on the same threads.
 """
 
 from __future__ import annotations
@@ -14,66 +15,79 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from strategy import recording
-
-from .report import format_table, runtime_kernels
-
-
-def bundled_model(seed: int = 0) -> tuple[tvm.IRModule, np.ndarray]:
-    """A 6-layer NHWC classifier (conv, depthwise conv, 1x1 convs, global pool, dense).
-
-    Input 4-D NHWC [1, 112, 112, 3]; output [1, 100].
-    """
-    rng = np.random.default_rng(seed)
-
-    def weight(*shape):
-        fan_in = int(np.prod(shape[1:])) if len(shape) == 4 else shape[0]
-        return relax.const((rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32"))
-
-    def conv(bb, x, out_c, in_c, k, stride=1, groups=1):
-        y = relax.op.nn.conv2d(x, weight(out_c, k, k, in_c // groups), strides=stride, padding=k // 2,
-                               groups=groups, data_layout="NHWC", kernel_layout="OHWI")
-        return bb.emit(relax.op.nn.relu(bb.emit(y)))
-
-    bb = relax.BlockBuilder()
-    data = relax.Var("data", relax.TensorType([1, 112, 112, 3], "float32"))
-    with bb.function("main", [data]):
-        with bb.dataflow():
-            x = conv(bb, data, 32, 3, 3, stride=2)
-            x = conv(bb, x, 32, 32, 3, groups=32)
-            x = conv(bb, x, 64, 32, 1)
-            x = conv(bb, x, 64, 64, 3, stride=2, groups=64)
-            x = conv(bb, x, 128, 64, 1)
-            x = bb.emit(relax.op.mean(x, axis=[1, 2]))
-            out = bb.emit_output(relax.op.matmul(x, weight(128, 100)))
-        bb.emit_func_output(out)
-    return bb.get(), rng.standard_normal((1, 112, 112, 3)).astype("float32")
+from .frontend import from_torch
+from .pipeline import build, report
 
 
-def _time_ms(vm: relax.VirtualMachine, args, repeat: int = 10) -> float:
-    return vm.time_evaluator("main", tvm.cpu(), number=repeat, repeat=3)(*args).median * 1e3
+def bundled_model():
+    """(model, example input): a ResNet-10 for 3x112x112 images, 100 classes, eval mode."""
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch import nn  # pylint: disable=import-outside-toplevel
+
+    def conv_bn(cin, cout, k, stride=1):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout))
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(conv_bn(cin, cout, 3, stride), nn.ReLU(), conv_bn(cout, cout, 3))
+            self.short = conv_bn(cin, cout, 1, stride) if stride != 1 or cin != cout else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.short(x))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        conv_bn(3, 32, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+        Block(32, 32, 1), Block(32, 64, 2), Block(64, 128, 2), Block(128, 256, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 100),
+    )
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval(), torch.randn(1, 3, 112, 112)
+
+
+def _time_ms(vm: relax.VirtualMachine, args, number: int) -> float:
+    return vm.time_evaluator("main", tvm.cpu(), number=number, repeat=3)(*args).median * 1e3
+
+
+def _torch_ms(model, x, number: int = 20) -> float:
+    import torch  # pylint: disable=import-outside-toplevel
+
+    with torch.inference_mode():
+        model(x)
+        start = time.perf_counter()
+        for _ in range(number):
+            model(x)
+    return (time.perf_counter() - start) / number * 1e3
 
 
 def run(out=sys.stdout) -> int:
     """Run the demo, print to `out`; return a process exit code (0 when the output matches)."""
-    mod, x = bundled_model()
-    args = [tvm.runtime.tensor(x)]
+    import torch  # pylint: disable=import-outside-toplevel
+
+    model, x = bundled_model()
+    mod = from_torch(model, (x,))
     started = time.perf_counter()
-    with recording() as decisions:
-        accel = tvm.compile(mod, target="accel")
-    print(f"compiled the bundled model for accel in {time.perf_counter() - started:.1f} s", file=out)
-    stock = tvm.compile(mod, target="llvm")
-    vm_accel, vm_stock = (relax.VirtualMachine(ex, tvm.cpu()) for ex in (accel, stock))
-    got, want = vm_accel["main"](*args).numpy(), vm_stock["main"](*args).numpy()
-    error = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
-    print(format_table(decisions), file=out)
-    kernels = runtime_kernels(accel)
-    print(f"runtime layout transforms: {kernels.layout_transforms} "
-          f"(activations {kernels.activation_transforms}, weights {kernels.weight_transforms})", file=out)
+    executable = build(mod)
+    print(f"bundled model: ResNet-10, input NCHW {list(x.shape)}; accel build took "
+          f"{time.perf_counter() - started:.1f} s\n", file=out)
+    print(report(executable), file=out)
+
+    args = [tvm.runtime.tensor(x.numpy())]
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    got, want = vm["main"](*args).numpy(), model(x).detach().numpy()
+    error = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
     ok = error < 1e-4
-    print(f"output vs stock TVM: max relative error {error:.1e} ({'ok' if ok else 'MISMATCH'})", file=out)
-    t_accel, t_stock = _time_ms(vm_accel, args), _time_ms(vm_stock, args, repeat=1)
+    print(f"\noutput vs PyTorch: max relative error {error:.1e} ({'ok' if ok else 'MISMATCH'})", file=out)
+
     threads = tvm.get_global_func("runtime.NumThreads")()
-    print(f"speed ({threads} threads): accel {t_accel:.2f} ms, stock TVM {t_stock:.2f} ms, "
-          f"{t_stock / t_accel:.1f}x faster", file=out)
+    torch.set_num_threads(threads)  # same thread count for every contender
+    stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    t_accel, t_stock, t_torch = _time_ms(vm, args, 20), _time_ms(stock, args, 1), _torch_ms(model, x)
+    print(f"speed, {threads} threads each: "
+          f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
+          f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)", file=out)
     return 0 if ok else 1

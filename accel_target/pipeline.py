@@ -19,7 +19,7 @@ from tvm.relax.backend import cpu_generic
 from strategy import recording, strict as strict_mode
 
 from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
-from .transforms import SimplifyLayouts, convert_input_layout
+from .transforms import FoldConstantNumpy, SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -41,17 +41,21 @@ def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod) if found else mod
 
 
+def fold_constants() -> list[tvm.transform.Pass]:
+    return [FoldConstantNumpy(), relax.transform.FoldConstant()]
+
+
 def graph_passes() -> list[tvm.transform.Pass]:
     """Whole-model layout conversion with every weight transform folded."""
     return [
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
         SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
-        relax.transform.FoldConstant(),
+        *fold_constants(),
         convert_layout,
-        relax.transform.FoldConstant(),
+        *fold_constants(),
         SimplifyLayouts(),
-        relax.transform.FoldConstant(),
+        *fold_constants(),
         relax.transform.OptimizeLayoutTransform(),
         relax.transform.RemoveRedundantReshape(),
         relax.transform.DeadCodeElimination(),

@@ -24,7 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import static_shape
+from strategy.layout import constant_array, static_shape
 
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
@@ -124,6 +124,8 @@ class _LayoutSimplifier(PyExprMutator):
     def _absorb_flatten(self, call: relax.Call) -> relax.Expr | None:
         """matmul(reshape(permute_dims(x, p), [N, -1]), W) -> matmul(reshape(x, [N, -1]), W')."""
         flat, weight = call.args
+        if isinstance(weight, relax.Var):
+            weight = self._binding(weight)
         reshape = self._binding(flat)
         if _op_name(reshape) != RESHAPE or not isinstance(weight, tvm.ir.expr.Constant):
             return None
@@ -134,7 +136,7 @@ class _LayoutSimplifier(PyExprMutator):
         x_shape, flat_shape = static_shape(x), static_shape(flat)
         if x_shape is None or flat_shape is None or axes[0] != 0 or flat_shape != [x_shape[0], math.prod(x_shape[1:])]:
             return None
-        w = weight.value.numpy()
+        w = constant_array(weight)
         if w.ndim != 2:
             return None
         # rows of W follow the permuted trailing axes; reorder them to follow x's own
@@ -189,3 +191,70 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     mod = mod.__class__(dict(mod.functions_items()), attrs=mod.attrs)
     mod[function] = new_func
     return relax.transform.Normalize()(mod)
+
+
+_BINARY = {
+    "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+    "relax.divide": np.divide, "relax.power": np.power, "relax.maximum": np.maximum, "relax.minimum": np.minimum,
+}
+_UNARY = {
+    "relax.sqrt": np.sqrt, "relax.rsqrt": lambda a: 1 / np.sqrt(a), "relax.exp": np.exp, "relax.negative": np.negative,
+}
+
+
+def _shape_arg(expr) -> list[int]:
+    return [int(v) for v in expr.values]
+
+
+_SHAPE_OPS = {
+    "relax.reshape": lambda a, call: a.reshape(_shape_arg(call.args[1])),
+    "relax.broadcast_to": lambda a, call: np.broadcast_to(a, _shape_arg(call.args[1])),
+    "relax.permute_dims": lambda a, call: a.transpose(None if call.attrs.axes is None else [int(x) for x in call.attrs.axes]),
+    "relax.expand_dims": lambda a, call: np.expand_dims(a, tuple(int(x) for x in call.attrs.axis)),
+    "relax.squeeze": lambda a, call: np.squeeze(a, None if call.attrs.axis is None else tuple(int(x) for x in call.attrs.axis)),
+    "relax.astype": lambda a, call: a,  # the cast to the call's dtype below does it
+}
+
+
+@mutator
+class _NumpyFolder(PyExprMutator):
+    def _constant(self, expr):
+        """`expr`, or the constant a variable is bound to."""
+        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+        call = self.visit_expr_post_order(call)
+        name = _op_name(call)
+        if name not in _BINARY and name not in _UNARY and name not in _SHAPE_OPS:
+            return call
+        if not isinstance(call.ty, relax.TensorType) or static_shape(call) is None:
+            return call
+        operands = [self._constant(a) for a in call.args if not isinstance(a, relax.ShapeExpr)]
+        if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
+            return call
+        arrays = [constant_array(a) for a in operands]
+        if name in _BINARY:
+            result = _BINARY[name](*arrays)
+        elif name in _UNARY:
+            result = _UNARY[name](arrays[0])
+        else:
+            result = _SHAPE_OPS[name](arrays[0], call)
+        return relax.const(np.ascontiguousarray(result, dtype=str(call.ty.dtype)))
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")
+class FoldConstantNumpy:  # pylint: disable=too-few-public-methods
+    """Fold elementwise and shape ops on constants in numpy.
+
+    TVM's FoldConstant compiles one kernel with LLVM for every op it folds
+    (~0.1 s each in 0.27: 5 s for the BN folding of a ResNet-10); these are
+    the ops weight preparation consists of. FoldConstant still runs after it
+    for anything else.
+    """
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        folder = _NumpyFolder(mod)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                folder.builder_.update_func(gvar, folder.visit_expr(func))
+        return folder.builder_.get()

@@ -34,6 +34,12 @@ def static_shape(expr: relax.Expr) -> list[int] | None:
     return [int(d) for d in shape]
 
 
+def constant_array(const) -> np.ndarray:
+    """The value of a relax constant as a numpy array (scalar constants hold a Python number)."""
+    value = const.value
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value, dtype=str(const.ty.dtype))
+
+
 def to_layout(x: relax.Expr, src: str, dst: str, bb: relax.BlockBuilder) -> relax.Expr:
     """`x` converted from `src` to `dst` layout by a transpose kernel (`x` itself when equal).
 
@@ -59,7 +65,7 @@ def pack_weight(
     """
     order = permutation(layout, canonical)
     if isinstance(weight, tvm.ir.expr.Constant):
-        return relax.const(map_array(index_map, weight.value.numpy().transpose(order)))
+        return relax.const(map_array(index_map, constant_array(weight).transpose(order)))
     full_map = IndexMap.from_func(lambda *axes: index_map.map_indices([axes[i] for i in order]), ndim=len(layout))
     call = bb.normalize(relax.op.layout_transform(weight, full_map, pad_value=0.0))
     lowered = Op.get("relax.layout_transform").get_attr("FLegalize")(bb, call)

@@ -37,11 +37,12 @@ def test_demo_checks_output_and_reports():
     out = io.StringIO()
     assert demo.run(out) == 0
     text = out.getvalue()
-    assert text.count("conv2d_nhwc_ohwi.accel") == 5 and text.count("dense_kn.accel") == 1
-    assert "runtime layout transforms: 0" in text and "(ok)" in text and "faster" in text
+    assert text.count("conv2d_nhwc_ohwi.accel") == 12 and text.count("dense_kn.accel") == 1
+    assert "runtime layout transforms: 1 of activations, 0 of weights" in text
+    assert "output vs PyTorch" in text and "(ok)" in text and "stock TVM" in text
 
 
 def test_demo_command_line():
     result = subprocess.run([sys.executable, "-m", "accel_target", "demo"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "speed (" in result.stdout
+    assert "speed, " in result.stdout and "(ok)" in result.stdout
