@@ -118,3 +118,31 @@ def make(name: str, seed: int = 0):
     torch.manual_seed(seed)
     ctor, shape, image = MODELS[name]
     return randomize_norms(ctor(), seed), torch.randn(*shape), image
+
+
+class LayoutOps(nn.Module):
+    """Every layout-sensitive op family after convolutions: pooling (max, avg, adaptive), group norm,
+    concat, pad, resize, channel reductions, softmax over channels, elementwise and broadcast ops."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.a = nn.Conv2d(3, 16, 3, padding=1)
+        self.b = nn.Conv2d(16, 16, 3, padding=1)
+        self.norm = nn.GroupNorm(4, 32)
+        self.c = nn.Conv2d(32, 24, 1)
+        self.bias = nn.Parameter(torch.randn(1, 24, 1, 1))
+        self.head = nn.Linear(24 * 4 * 4, classes)
+
+    def forward(self, x):
+        a = torch.sigmoid(self.a(x))
+        b = nn.functional.max_pool2d(self.b(a), 2)
+        up = nn.functional.interpolate(b, scale_factor=2, mode="nearest")
+        y = self.norm(torch.cat([a, up], dim=1))
+        y = nn.functional.pad(y, (1, 0, 0, 1))  # absorbed into the next conv's padding
+        y = nn.functional.avg_pool2d(self.c(y), 2, ceil_mode=False) * self.bias
+        y = y * torch.softmax(y, dim=1) + y.sum(dim=1, keepdim=True)
+        y = nn.functional.adaptive_avg_pool2d(y, 4)
+        return self.head(torch.flatten(y, 1))
+
+
+MODELS["layout_ops"] = (LayoutOps, (1, 3, 16, 16), True)

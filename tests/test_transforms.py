@@ -1,0 +1,113 @@
+"""The graph passes accel adds: permute simplification, flatten absorption, clip/pad rewrites, numpy folding."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from accel_target.transforms import FoldConstantNumpy, SimplifyLayouts, convert_input_layout
+from strategy.layout import constant_array
+from tests.helpers import assert_close, rand, run_relax, single_op_module
+
+
+def _ops(mod):
+    names = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: names.append(e.op.name) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+    )
+    return names
+
+
+def _check(make, params, consts, reference, expect_ops):
+    mod = single_op_module(make, params, consts)
+    simplified = relax.transform.DeadCodeElimination()(SimplifyLayouts()(mod))
+    assert _ops(simplified) == expect_ops
+    assert_close(run_relax(simplified, list(params.values()), target="llvm"), reference)
+
+
+def test_inverse_permutes_cancel():
+    x = rand(2, 3, 4, 5)
+    _check(
+        lambda x: relax.op.nn.relu(relax.op.permute_dims(relax.op.permute_dims(x, [0, 2, 3, 1]), [0, 3, 1, 2])),
+        {"x": x}, {}, np.maximum(x, 0), ["relax.nn.relu"],
+    )
+
+
+def test_permute_chain_becomes_one_permute():
+    x = rand(2, 3, 4, 5)
+    _check(
+        lambda x: relax.op.permute_dims(relax.op.permute_dims(x, [0, 2, 3, 1]), [0, 2, 1, 3]),
+        {"x": x}, {}, x.transpose(0, 2, 3, 1).transpose(0, 2, 1, 3), ["relax.permute_dims"],
+    )
+
+
+def test_permute_of_unit_axes_becomes_reshape():
+    x = rand(2, 1, 1, 7)
+    _check(lambda x: relax.op.permute_dims(x, [0, 3, 1, 2]), {"x": x}, {}, x.transpose(0, 3, 1, 2), ["relax.reshape"])
+
+
+def test_flatten_before_dense_moves_into_the_weight_rows():
+    x, w = rand(2, 3, 4, 5), rand(60, 7)  # x is NHWC; the model flattens it as NCHW
+    nchw_flat = x.transpose(0, 3, 1, 2).reshape(2, 60)
+    _check(
+        lambda x, w: relax.op.matmul(relax.op.reshape(relax.op.permute_dims(x, [0, 3, 1, 2]), [2, 60]), w),
+        {"x": x}, {"w": w}, nchw_flat @ w, ["relax.reshape", "relax.matmul"],
+    )
+
+
+def test_clip_becomes_maximum_minimum():
+    x = rand(2, 8) * 10
+    _check(lambda x: relax.op.clip(x, 0.0, 6.0), {"x": x}, {}, np.clip(x, 0, 6), ["relax.maximum", "relax.minimum"])
+
+
+@pytest.mark.parametrize("value,absorbed", [(0.0, True), (1.5, False)])
+def test_zero_pad_is_absorbed_into_conv(value, absorbed):
+    x, w = rand(1, 2, 6, 6), rand(3, 2, 3, 3)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), constant_values=value)
+    import torch
+
+    ref = torch.nn.functional.conv2d(torch.from_numpy(padded), torch.from_numpy(w), padding=1).numpy()
+    _check(
+        lambda x, w: relax.op.nn.conv2d(
+            relax.op.nn.pad(x, [0, 0, 0, 0, 1, 2, 2, 0], pad_value=value), w, padding=1
+        ),
+        {"x": x}, {"w": w}, ref, ["relax.nn.conv2d"] if absorbed else ["relax.nn.pad", "relax.nn.conv2d"],
+    )
+
+
+def test_broadcast_weight_of_3d_linear_is_unbroadcast():
+    x, w = rand(4, 2, 8), rand(8, 5)
+    _check(
+        lambda x, w: relax.op.matmul(x, relax.op.broadcast_to(w, [4, 8, 5])),
+        {"x": x}, {"w": w}, x @ w, ["relax.matmul"],
+    )
+
+
+def test_numpy_folding_matches_tvm_folding():
+    w, scale, shift = rand(4, 3, 3, 3), rand(4), rand(4)
+    mod = single_op_module(
+        lambda x, w, s, t: relax.op.add(
+            relax.op.nn.conv2d(x, relax.op.multiply(w, relax.op.reshape(relax.op.sqrt(s), [4, 1, 1, 1]))),
+            relax.op.reshape(relax.op.subtract(t, s), [1, 4, 1, 1]),
+        ),
+        {"x": rand(1, 3, 8, 8)}, {"w": w, "s": np.abs(scale), "t": shift},
+    )
+    ours = relax.transform.DeadCodeElimination()(FoldConstantNumpy()(mod))
+    theirs = relax.transform.DeadCodeElimination()(relax.transform.FoldConstant()(mod))
+    assert _ops(ours) == _ops(theirs) == ["relax.nn.conv2d", "relax.add"]
+    consts = [[], []]
+    for out, folded in zip(consts, (ours, theirs)):
+        relax.analysis.post_order_visit(
+            folded["main"], lambda e, out=out: out.append(constant_array(e)) if isinstance(e, tvm.ir.expr.Constant) and isinstance(e.ty, relax.TensorType) else None
+        )
+    assert len(consts[0]) == len(consts[1]) == 2
+    for a, b in zip(*consts):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_convert_input_layout_signature():
+    x = rand(1, 3, 4, 5)
+    mod = convert_input_layout(single_op_module(lambda x: relax.op.nn.relu(x), {"x": x}, {}), "NHWC")
+    (param,) = mod["main"].params
+    assert [int(d) for d in param.ty.shape] == [1, 4, 5, 3]
+    assert_close(run_relax(mod, [x.transpose(0, 2, 3, 1)], target="llvm"), np.maximum(x, 0))
