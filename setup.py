@@ -12,6 +12,7 @@ setup(
     extras_require={
         "test": ["pytest", "pytest-benchmark", "hypothesis", "threadpoolctl"],
         # torch must be exactly 2.13.0: any other spec pulls CUDA wheels
-        "models": ["torch==2.13.0", "onnx", "onnxruntime"],
+        "models": ["torch==2.13.0", "onnx", "onnxruntime", "matplotlib"],
     },
+    entry_points={"console_scripts": ["accel-tvm = accel_target.cli:main"]},
 )

@@ -41,6 +41,38 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     return mod, {name: value.numpy() for name, value in zip(names, params["main"])}
 
 
+def from_exported_program_file(path) -> tvm.IRModule:
+    """Import a program saved with ``torch.export.save`` (a .pt2 file), weights as constants."""
+    import torch  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"accel: model file {path!r} does not exist")
+    try:
+        program = torch.export.load(path)
+    except Exception as err:  # zip/pickle/version errors
+        raise ValueError(f"accel: {path!r} is not a saved torch.export program ({str(err).splitlines()[0]})") from err
+    try:
+        return from_exported_program(program, unwrap_unit_return_tuple=True)
+    except Exception as err:  # the importer raises many types; keep the cause
+        raise UnsupportedModelError(f"accel: cannot import {path!r}: {str(err).strip().splitlines()[0]}") from err
+
+
+MODEL_SUFFIXES = {".onnx": "ONNX", ".pt2": "torch.export program"}
+
+
+def load_model(path) -> tvm.IRModule:
+    """Import a model file by its suffix: .onnx (ONNX) or .pt2 (torch.export.save)."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix == ".onnx":
+        return from_onnx(path)
+    if suffix == ".pt2":
+        return from_exported_program_file(path)
+    known = ", ".join(f"{k} ({v})" for k, v in MODEL_SUFFIXES.items())
+    raise ValueError(f"accel: cannot tell the format of {os.fspath(path)!r}; supported: {known}")
+
+
 def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> tvm.IRModule:
     """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants."""
     import onnx  # pylint: disable=import-outside-toplevel
@@ -66,4 +98,4 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
         raise UnsupportedModelError(f"accel: {str(err).strip().splitlines()[-1]}") from err
 
 
-__all__ = ["UnsupportedModelError", "from_onnx", "from_torch"]
+__all__ = ["UnsupportedModelError", "from_exported_program_file", "from_onnx", "from_torch", "load_model"]

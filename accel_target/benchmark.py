@@ -1,0 +1,128 @@
+"""Same-thread-count timing of a model on accel and other runtimes (used by `accel-tvm bench`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .pipeline import build
+from .target import host_cpu
+
+
+def _median_ms(fn, repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def _vm_runner(executable, arrays):
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    return lambda: vm["main"](*args)
+
+
+def _torch_runner(path: str, arrays, threads: int):
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if not path.endswith(".pt2"):
+        raise ValueError("torch can only run a .pt2 model")
+    torch.set_num_threads(threads)
+    module = torch.export.load(path).module()
+    tensors = [torch.from_numpy(a) for a in arrays]
+
+    def run():
+        with torch.inference_mode():
+            module(*tensors)
+
+    return run
+
+
+def _onnxruntime_runner(path: str, arrays, threads: int):
+    import onnxruntime  # pylint: disable=import-outside-toplevel
+
+    if not path.endswith(".onnx"):
+        raise ValueError("onnxruntime can only run an .onnx model")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feed = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
+    return lambda: session.run(None, feed)
+
+
+CONTENDERS = ("tvm", "torch", "onnxruntime")
+
+
+def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat: int, progress=lambda m: None) -> dict:
+    """Median ms of accel and each contender on random inputs of the model's signature."""
+    unknown = sorted(set(contenders) - set(CONTENDERS))
+    if unknown:
+        raise ValueError(f"unknown contender(s) {unknown}; supported: {', '.join(CONTENDERS)}")
+    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in inputs]
+    progress("building for accel")
+    rows = [("accel", _vm_runner(build(mod), arrays), repeat)]
+    for name in contenders:
+        if name == "tvm":
+            progress("building with stock TVM (target llvm)")
+            rows.append(("stock TVM", _vm_runner(tvm.compile(mod, target="llvm"), arrays), max(2, repeat // 10)))
+        elif name == "torch" and path.endswith(".pt2"):
+            rows.append(("PyTorch", _torch_runner(path, arrays, threads), repeat))
+        elif name == "onnxruntime" and path.endswith(".onnx"):
+            rows.append(("ONNX Runtime", _onnxruntime_runner(path, arrays, threads), repeat))
+        else:
+            progress(f"skipping {name}: it cannot run {os.path.basename(path)}")
+    results = []
+    for name, run, rounds in rows:
+        progress(f"timing {name} ({rounds} rounds)")
+        results.append({"runtime": name, "ms": _median_ms(run, rounds)})
+    accel_ms = results[0]["ms"]
+    for r in results:
+        r["accel_speedup"] = r["ms"] / accel_ms
+    return {
+        "model": os.path.basename(path),
+        "threads": threads,
+        "machine": f"{host_cpu()} ({platform.machine()}, {os.cpu_count()} cores)",
+        "results": results,
+    }
+
+
+def table(results: dict) -> str:
+    lines = [
+        f"{results['model']}: median of timed runs, {results['threads']} threads each, {results['machine']}",
+        f"{'runtime':<14} {'ms':>10} {'accel speed-up':>15}",
+    ]
+    for r in results["results"]:
+        speed = "" if r["runtime"] == "accel" else f"{r['accel_speedup']:.2f}x"
+        lines.append(f"{r['runtime']:<14} {r['ms']:>10.3f} {speed:>15}")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str, title: str) -> None:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    names = [r["runtime"] for r in results["results"]]
+    values = [r["ms"] for r in results["results"]]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.barh(names, values, color=["#2a7" if n == "accel" else "#889" for n in names])
+    ax.set_xscale("log")
+    ax.set_xlabel(f"ms per run (median, {results['threads']} threads, log scale)")
+    ax.set_title(title)
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.2f}", va="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

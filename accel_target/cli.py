@@ -1,0 +1,209 @@
+"""accel-tvm: compile, run, report and benchmark models for the accel target.
+
+    accel-tvm compile MODEL -o OUT.so [--input-layout NHWC] [--strict] [--report]
+    accel-tvm run OUT.so --input x.npy [...] [--output y.npy]
+    accel-tvm report MODEL
+    accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--plot out.png]
+    accel-tvm demo
+
+MODEL is an ONNX file (.onnx) or a program saved with torch.export.save (.pt2).
+Errors are one line on stderr and a non-zero exit code; --debug shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
+
+
+def _progress(message: str) -> None:
+    print(f"[accel-tvm] {message}", file=sys.stderr, flush=True)
+
+
+def _one_line(err: BaseException) -> str:
+    """The message of an error on one line (TVM's errors end with it, after their context)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1].removeprefix("accel: ") if lines else type(err).__name__
+
+
+def _inputs_of(mod) -> list[dict]:
+    from strategy.layout import static_shape  # pylint: disable=import-outside-toplevel
+
+    return [
+        {"name": p.name, "shape": static_shape(p), "dtype": str(p.ty.dtype)}
+        for p in mod["main"].params
+    ]
+
+
+def _load(path: str, input_layout: str | None):
+    from . import frontend, transforms  # pylint: disable=import-outside-toplevel
+
+    _progress(f"importing {path}")
+    mod = frontend.load_model(path)
+    return mod, _inputs_of(transforms.convert_input_layout(mod, input_layout))
+
+
+def _build(mod, input_layout, strict):
+    from .pipeline import build  # pylint: disable=import-outside-toplevel
+
+    _progress("building for accel (layout conversion, weight folding, kernels, LLVM)")
+    started = time.perf_counter()
+    executable = build(mod, input_layout=input_layout, strict=strict)
+    _progress(f"built in {time.perf_counter() - started:.1f} s")
+    return executable
+
+
+def cmd_compile(args) -> int:
+    from .pipeline import report  # pylint: disable=import-outside-toplevel
+
+    mod, inputs = _load(args.model, args.input_layout)
+    executable = _build(mod, args.input_layout, args.strict)
+    executable.export_library(args.output)
+    with open(args.output + ".json", "w") as f:
+        json.dump({"model": os.path.abspath(args.model), "input_layout": args.input_layout, "inputs": inputs}, f, indent=2)
+    rep = report(executable)
+    if args.json:
+        print(json.dumps({"output": args.output, "inputs": inputs, "report": rep.to_dict()}, indent=2))
+        return 0
+    if args.report:
+        print(rep)
+    k = rep.kernels
+    print(f"wrote {args.output}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
+          f"{k.activation_transforms} of activations, {k.weight_transforms} of weights")
+    return 0
+
+
+def _check_inputs(arrays: list[np.ndarray], library: str) -> None:
+    """Compare the inputs with the signature written next to the library, when it is there."""
+    meta_path = library + ".json"
+    if not os.path.isfile(meta_path):
+        return
+    with open(meta_path) as f:
+        expected = json.load(f)["inputs"]
+    if len(arrays) != len(expected):
+        raise CLIError(f"the model takes {len(expected)} input(s) ({', '.join(e['name'] for e in expected)}), given {len(arrays)}")
+    for i, (array, want) in enumerate(zip(arrays, expected)):
+        if want["shape"] is not None and list(array.shape) != want["shape"]:
+            raise CLIError(f"input {i} ({want['name']}): expected shape {want['shape']}, given {list(array.shape)}")
+        if str(array.dtype) != want["dtype"]:
+            raise CLIError(f"input {i} ({want['name']}): expected dtype {want['dtype']}, given {array.dtype}")
+
+
+def cmd_run(args) -> int:
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    if not os.path.isfile(args.library):
+        raise CLIError(f"library {args.library!r} does not exist")
+    arrays = []
+    for path in args.input:
+        if not os.path.isfile(path):
+            raise CLIError(f"input file {path!r} does not exist")
+        arrays.append(np.load(path))
+    _check_inputs(arrays, args.library)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(args.library), tvm.cpu())
+    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    result = vm["main"](*tensors)
+    outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+    seconds = vm.time_evaluator("main", tvm.cpu(), number=args.repeat, repeat=1)(*tensors).mean
+    shapes = [list(o.shape) for o in outputs]
+    if args.output:
+        for i, out in enumerate(outputs):
+            np.save(args.output if len(outputs) == 1 else f"{os.path.splitext(args.output)[0]}_{i}.npy", out.numpy())
+    threads = tvm.get_global_func("runtime.NumThreads")()
+    if args.json:
+        print(json.dumps({"outputs": shapes, "ms": seconds * 1e3, "threads": threads}))
+    else:
+        print(f"outputs: {', '.join(str(s) for s in shapes)}; {seconds * 1e3:.3f} ms per run ({threads} threads)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .pipeline import report  # pylint: disable=import-outside-toplevel
+
+    mod, _ = _load(args.model, args.input_layout)
+    rep = report(_build(mod, args.input_layout, False))
+    print(rep.to_json() if args.json else rep)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import benchmark  # pylint: disable=import-outside-toplevel
+
+    mod, inputs = _load(args.model, None)
+    contenders = [c.strip() for c in args.vs.split(",") if c.strip()]
+    results = benchmark.compare(args.model, mod, inputs, contenders, args.repeat, progress=_progress)
+    if args.plot:
+        benchmark.plot(results, args.plot, title=os.path.basename(args.model))
+        _progress(f"wrote {args.plot}")
+    print(json.dumps(results, indent=2) if args.json else benchmark.table(results))
+    return 0
+
+
+def cmd_demo(args) -> int:  # pylint: disable=unused-argument
+    from . import demo  # pylint: disable=import-outside-toplevel
+
+    return demo.run()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accel-tvm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name, handler, help_text):
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        sub.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+        sub.add_argument("--threads", type=int, help="threads for every runtime (default: every core)")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    layout_help = "make main take channels-last (NHWC) image inputs instead of the model's NCHW"
+    sub = command("compile", cmd_compile, "compile MODEL for accel into a deployable library")
+    sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
+    sub.add_argument("-o", "--output", required=True, help="library to write (.so); its input signature goes to OUT.so.json")
+    sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
+    sub.add_argument("--strict", action="store_true", help="fail instead of falling back to TVM's kernel")
+    sub.add_argument("--report", action="store_true", help="print which kernel every op got")
+
+    sub = command("run", cmd_run, "run a compiled library on .npy inputs")
+    sub.add_argument("library", help="a library written by 'accel-tvm compile'")
+    sub.add_argument("--input", action="append", default=[], required=True, help=".npy file, once per model input, in order")
+    sub.add_argument("--output", help="write the output to this .npy file")
+    sub.add_argument("--repeat", type=int, default=10, help="runs to average the time over (default 10)")
+
+    sub = command("report", cmd_report, "which kernel every op of MODEL gets, and the runtime layout transforms")
+    sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
+    sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
+
+    sub = command("bench", cmd_bench, "time MODEL on accel against other runtimes, same thread count")
+    sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
+    sub.add_argument("--vs", default="tvm,torch,onnxruntime",
+                     help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)")
+    sub.add_argument("--repeat", type=int, default=20, help="timed runs per contender (default 20)")
+    sub.add_argument("--plot", help="also write a bar chart to this PNG file")
+
+    command("demo", cmd_demo, "compile a bundled model for accel, check it, report, compare with stock TVM")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before the pool first runs
+    try:
+        return args.handler(args)
+    except Exception as err:  # pylint: disable=broad-except
+        if args.debug:
+            raise
+        print(f"accel-tvm: error: {_one_line(err)}", file=sys.stderr)
+        return 1

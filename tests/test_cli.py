@@ -1,0 +1,171 @@
+"""accel-tvm, run for real in subprocesses: compile an ONNX file, load the library in a fresh
+process without our package, compare with ONNX Runtime; every error case gives one line and exit 1."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.slow
+
+
+def accel_tvm(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "accel_target", *map(str, args)], cwd=cwd, capture_output=True, text=True)
+
+
+def _onnx_cnn(path):
+    rng = np.random.default_rng(0)
+    init = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype("float32"), name)  # noqa: E731
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("GlobalAveragePool", ["c2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [init("w1", (16, 3, 3, 3)), init("b1", (16,)), init("w2", (16, 1, 3, 3)), init("w3", (10, 16)), init("b3", (10,))],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    _onnx_cnn(d / "cnn.onnx")
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    np.save(d / "x.npy", x)
+    result = accel_tvm("compile", "cnn.onnx", "-o", "cnn.so", "--report", cwd=d)
+    assert result.returncode == 0, result.stderr
+    return d, result
+
+
+def test_compile_reports_and_writes_library(workdir):
+    d, result = workdir
+    assert (d / "cnn.so").is_file()
+    assert result.stdout.count("conv2d_nhwc_ohwi.accel") == 2 and "dense_kn.accel" in result.stdout
+    assert "runtime layout transforms: 1 of activations, 0 of weights" in result.stdout
+    assert "[accel-tvm] building for accel" in result.stderr  # progress goes to stderr
+
+
+def test_library_loads_in_fresh_process_without_our_package(workdir):
+    d, _ = workdir
+    code = textwrap.dedent(
+        """
+        import sys, numpy as np, tvm
+        from tvm import relax
+        vm = relax.VirtualMachine(tvm.runtime.load_module("cnn.so"), tvm.cpu())
+        np.save("y_fresh.npy", vm["main"](tvm.runtime.tensor(np.load("x.npy"))).numpy())
+        assert not any(m.split(".")[0] in ("accel_target", "strategy", "topi_accel") for m in sys.modules)
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=d, check=True)
+    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    np.testing.assert_allclose(np.load(d / "y_fresh.npy"), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_run_command(workdir):
+    d, _ = workdir
+    result = accel_tvm("run", "cnn.so", "--input", "x.npy", "--output", "y.npy", "--repeat", "3", cwd=d)
+    assert result.returncode == 0, result.stderr
+    assert "outputs: [1, 10]" in result.stdout and "ms per run" in result.stdout
+    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    np.testing.assert_allclose(np.load(d / "y.npy"), reference, rtol=1e-4, atol=1e-5)
+    data = json.loads(accel_tvm("run", "cnn.so", "--input", "x.npy", "--json", cwd=d).stdout)
+    assert data["outputs"] == [[1, 10]] and data["ms"] > 0
+
+
+def test_report_json(workdir):
+    d, _ = workdir
+    result = accel_tvm("report", "cnn.onnx", "--input-layout", "NHWC", "--json", cwd=d)
+    data = json.loads(result.stdout)
+    kinds = {(op["op"], op["kind"]) for op in data["ops"]}
+    assert ("relax.nn.conv2d", "accel") in kinds and ("relax.matmul", "accel") in kinds
+    assert data["runtime"]["activation_transforms"] == 0 and data["runtime"]["weight_transforms"] == 0
+
+
+def test_bench_table_and_plot(workdir):
+    d, _ = workdir
+    result = accel_tvm("bench", "cnn.onnx", "--vs", "tvm,onnxruntime", "--repeat", "3", "--plot", "bench.png", cwd=d)
+    assert result.returncode == 0, result.stderr
+    assert "accel" in result.stdout and "stock TVM" in result.stdout and "ONNX Runtime" in result.stdout
+    assert "threads each" in result.stdout
+    assert (d / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_torch_export_program(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "m.pt2")
+    np.save(tmp_path / "x.npy", x.numpy())
+    assert accel_tvm("compile", "m.pt2", "-o", "m.so", cwd=tmp_path).returncode == 0
+    assert accel_tvm("run", "m.so", "--input", "x.npy", "--output", "y.npy", cwd=tmp_path).returncode == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    result = accel_tvm("bench", "m.pt2", "--vs", "torch", "--repeat", "3", cwd=tmp_path)
+    assert result.returncode == 0 and "PyTorch" in result.stdout
+
+
+def _error(result, *words):
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("accel-tvm: error: ")
+    for word in words:
+        assert word in last
+    return last
+
+
+def test_error_missing_file(tmp_path):
+    _error(accel_tvm("compile", "nothere.onnx", "-o", "x.so", cwd=tmp_path), "nothere.onnx", "does not exist")
+
+
+def test_error_malformed_onnx(tmp_path):
+    (tmp_path / "bad.onnx").write_bytes(b"this is not protobuf\xff")
+    _error(accel_tvm("compile", "bad.onnx", "-o", "x.so", cwd=tmp_path), "bad.onnx", "not a valid ONNX model")
+
+
+def test_error_unsupported_op(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "det.onnx")
+    _error(accel_tvm("report", "det.onnx", cwd=tmp_path), "not supported", "Det")
+
+
+def test_error_unknown_model_format(tmp_path):
+    (tmp_path / "model.tflite").write_bytes(b"x")
+    _error(accel_tvm("compile", "model.tflite", "-o", "x.so", cwd=tmp_path), "model.tflite", ".onnx", ".pt2")
+
+
+def test_error_wrong_input_shape_and_dtype(workdir):
+    d, _ = workdir
+    np.save(d / "small.npy", np.zeros((1, 3, 30, 32), "float32"))
+    np.save(d / "double.npy", np.zeros((1, 3, 32, 32), "float64"))
+    _error(accel_tvm("run", "cnn.so", "--input", "small.npy", cwd=d), "expected shape [1, 3, 32, 32], given [1, 3, 30, 32]")
+    _error(accel_tvm("run", "cnn.so", "--input", "double.npy", cwd=d), "expected dtype float32, given float64")
+
+
+def test_debug_shows_traceback(tmp_path):
+    result = accel_tvm("compile", "nothere.onnx", "-o", "x.so", "--debug", cwd=tmp_path)
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("accel-tvm")
+    assert exe is not None
+    result = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "compile" in result.stdout and "bench" in result.stdout
