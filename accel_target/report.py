@@ -50,9 +50,10 @@ def _classify(calls: Sequence[tuple[str, bool]]) -> KernelCounts:
     """
     accel = activations = weights = 0
     for name, const_input in calls:
-        if name.startswith(ACCEL_KERNELS):
+        if any(k in name for k in ACCEL_KERNELS):  # fused_conv2d_nhwc_ohwi3_add_relu too
             accel += 1
-        elif any(t in name for t in TRANSFORM_KERNELS):
+        # a transform fused into another kernel keeps its name there, and still counts
+        if any(t in name for t in TRANSFORM_KERNELS):
             if WEIGHT_TRANSFORM in name or const_input:
                 weights += 1
             else:

@@ -14,8 +14,9 @@ from tvm.ir import Op
 from .registry import Decision, StrictModeError, implementations, is_strict, record, select
 
 ORIGINAL_ATTR = "accel.FLegalizeTVM"
-# FuseOps must not merge other ops into a scheduled kernel (TVM's kOpaque)
-OPAQUE = 8
+# TVM's kOutEWiseFusable: FuseOps may append elementwise consumers (the
+# epilogue), never merge the kernel into something else
+OUT_ELEMWISE_FUSABLE = 4
 
 
 def _dim(d):
@@ -93,6 +94,8 @@ def install(op_name: str) -> None:
 
 def kernel_call(bb: relax.BlockBuilder, func: tvm.tirx.PrimFunc, name: str, impl: str, args, out_type):
     """Add a scheduled kernel to the module and return the call_tir to it."""
-    func = func.with_attrs({"accel.impl": impl, "op_pattern": OPAQUE})
+    func = func.with_attrs({"accel.impl": impl, "op_pattern": OUT_ELEMWISE_FUSABLE})
+    if func.attrs is not None and "global_symbol" in func.attrs:  # private, so DCE drops it once fused
+        func = func.without_attr("global_symbol")
     gvar = bb.add_func(func, name)
     return relax.call_tir(gvar, args, out_type)

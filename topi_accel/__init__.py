@@ -13,6 +13,7 @@ from .conv2d import (
     kernel_pack_map,
     schedule_conv2d_nhwc_ohwi,
 )
+from .epilogue import inline_epilogue
 from .dense import DenseConfig, check_dense, dense_config, dense_kn, dense_kn_func, schedule_dense_kn, weight_pack_map
 from .knobs import CPUKnobs, cpu_knobs
 
@@ -30,6 +31,7 @@ __all__ = [
     "dense_config",
     "dense_kn",
     "dense_kn_func",
+    "inline_epilogue",
     "kernel_pack_map",
     "schedule_conv2d_nhwc_ohwi",
     "schedule_dense_kn",

@@ -296,4 +296,4 @@ def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "
         (o_pad // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block), dtype, name="packed_kernel"
     )
     out = conv2d_nhwc_ohwi(data, kernel, geo, cfg)
-    return schedule_conv2d_nhwc_ohwi(te.create_prim_func([data, kernel, out]), geo, cfg)
+    return schedule_conv2d_nhwc_ohwi(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)

@@ -132,4 +132,4 @@ def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = Fa
     bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
     out = dense_kn(data, weight, n, cfg, bias)
     args = [data, weight] + ([bias] if with_bias else []) + [out]
-    return schedule_dense_kn(te.create_prim_func(args), m, n, cfg)
+    return schedule_dense_kn(te.create_prim_func(args, index_dtype_override="int64"), m, n, cfg)
