@@ -1,0 +1,75 @@
+"""Fused epilogues: every variant computed in the accel kernel's write-back, and still correct."""
+
+import pytest
+import torch
+from torch import nn
+
+import accel_target
+from tests.helpers import assert_close
+from tests.models.test_models import _run
+
+
+class ConvEpilogue(nn.Module):
+    def __init__(self, kind, channels=21):  # 21: a channel tail after 16
+        super().__init__()
+        self.kind = kind
+        self.conv = nn.Conv2d(8, channels, 3, padding=1, bias=kind != "bn")
+        self.bn = nn.BatchNorm2d(channels)
+        self.skip = nn.Conv2d(8, channels, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.kind == "bias_relu":
+            return torch.relu(y)
+        if self.kind == "bias_relu6":
+            return nn.functional.relu6(y)
+        if self.kind == "bn":
+            return torch.relu(self.bn(y))
+        if self.kind == "gelu":
+            return nn.functional.gelu(y)
+        if self.kind == "residual":
+            return torch.relu(y + self.skip(x))
+        return y
+
+
+class DenseEpilogue(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind, self.fc = kind, nn.Linear(33, 70)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return {"bias": y, "gelu": nn.functional.gelu(y), "relu": torch.relu(y), "residual": y + x.sum(-1, keepdim=True)}[self.kind]
+
+
+def _check(model, x, accel_kernels):
+    model = model.eval()
+    if hasattr(model, "bn"):
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    calls = accel_target.report(executable).kernels.calls
+    fused = [c for c in calls if "conv2d_nhwc_ohwi" in c or "dense_kn" in c]
+    assert len(fused) == accel_kernels
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["bias_relu", "bias_relu6", "bn", "gelu", "residual", "bias"])
+def test_conv_epilogue_is_fused(kind):
+    calls = _check(ConvEpilogue(kind), torch.randn(2, 8, 9, 11), accel_kernels=2 if kind == "residual" else 1)
+    # nothing elementwise runs on its own: only the layout transforms at the model's edges and the kernels
+    assert all("conv2d_nhwc_ohwi" in c or c.startswith("transpose") for c in calls), calls
+    assert any(c.startswith("fused_conv2d_nhwc_ohwi") for c in calls)
+
+
+@pytest.mark.parametrize("kind", ["bias", "gelu", "relu"])
+def test_dense_epilogue_is_fused(kind):
+    calls = _check(DenseEpilogue(kind), torch.randn(3, 5, 33), accel_kernels=1)
+    assert [c for c in calls if "dense_kn" in c][0].startswith("fused_dense_kn")
+    assert all("dense_kn" in c or "reshape" in c for c in calls), calls
+
+
+def test_dense_with_non_elementwise_consumer_stays_correct():
+    calls = _check(DenseEpilogue("residual"), torch.randn(3, 5, 33), accel_kernels=1)
+    assert any("dense_kn" in c for c in calls)
