@@ -147,7 +147,7 @@ def _optimize(mod, params, target, input_layout, strict):
         rows = op_rows(graph)
         with strict_mode(strict), recording() as decisions:
             lowered = _sequential(legalize_passes())(graph)
-    return lowered, Report.from_rows(rows, decisions)
+    return lowered, Report.from_rows(rows, decisions, target.keys)
 
 
 def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False) -> relax.VMExecutable:

@@ -110,9 +110,10 @@ class Report:
     kernels: KernelCounts | None = field(default=None)
 
     @staticmethod
-    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision]) -> "Report":
-        """Join the graph's op calls with the strategy decisions, in order."""
-        covered = set(strategy.covered_ops())
+    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision], target_keys) -> "Report":
+        """Join the graph's op calls with the strategy decisions, in order (the dispatcher
+        records a decision for every op with an implementation for `target_keys`)."""
+        covered = {op for op in strategy.covered_ops() if strategy.implementations(op, target_keys)}
         pending = list(decisions)
         out = []
         for op, inputs, layouts in rows:
