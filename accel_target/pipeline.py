@@ -63,15 +63,18 @@ def graph_passes() -> list[tvm.transform.Pass]:
     ]
 
 
-@tvm.transform.module_pass(opt_level=0, name="InlineEpilogues")
-def inline_epilogues(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Compute the elementwise ops FuseTIR merged after an accel kernel in its write-back."""
+@tvm.transform.module_pass(opt_level=0, name="ScheduleKernels")
+def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
+    write-back; split TVM's own (serial) kernels across the thread pool."""
     updates = {}
     for gvar, func in mod.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc):
-            fused = topi_accel.inline_epilogue(func)
-            if fused is not None:
-                updates[gvar] = fused
+            scheduled = topi_accel.inline_epilogue(func)
+            if scheduled is None:
+                scheduled = topi_accel.parallelize(func)
+            if scheduled is not None:
+                updates[gvar] = scheduled
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
@@ -86,7 +89,7 @@ def legalize_passes() -> list[tvm.transform.Pass]:
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
-        inline_epilogues,
+        schedule_kernels,
         relax.transform.DeadCodeElimination(),
     ]
 

@@ -21,7 +21,7 @@ from strategy import Decision
 from strategy.dispatch import describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
 
-ACCEL_KERNELS = ("conv2d_nhwc_ohwi", "dense_kn")
+ACCEL_KERNELS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 _CALL = re.compile(r"^\s*call\s+(\S+)\s+in:\s*(.*?)\s+dst:")
 _LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout", "layout")

@@ -2,7 +2,8 @@
 
 A matmul whose right operand is a 2-D [in, out] matrix is a dense layer:
 PyTorch's nn.Linear arrives as ``matmul(x, permute_dims(W))``, which is
-exactly that once the transpose of the constant W is folded.
+exactly that once the transpose of the constant W is folded. A matmul of two
+batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn.
 """
 
 from __future__ import annotations
@@ -28,12 +29,7 @@ def dense_condition(call: relax.Call) -> str | None:
         return "symbolic shapes are not supported"
     if len(weight_shape) != 2:
         return f"right operand has rank {len(weight_shape)}; dense_kn needs a 2-D [in, out] weight"
-    dtypes = {str(data.ty.dtype), str(weight.ty.dtype)}
-    if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "void"):
-        dtypes.add(str(call.attrs.out_dtype))
-    if not dtypes <= set(SUPPORTED_DTYPES):
-        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
-    return None
+    return _dtype_reason(call)
 
 
 def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.Expr:
@@ -65,3 +61,50 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     if len(data_shape) == 2:
         return out
     return _reshape(bb, bb.emit(out), data_shape[:-1] + [n])
+
+
+def batch_matmul_condition(call: relax.Call) -> str | None:
+    """batch_matmul_kn.accel takes float32 a [..., M, K] @ b [..., K, N] with equal batch axes."""
+    a, b = call.args
+    a_shape, b_shape = static_shape(a), static_shape(b)
+    if a_shape is None or b_shape is None:
+        return "symbolic shapes are not supported"
+    if len(b_shape) < 3:
+        return f"right operand has rank {len(b_shape)}; batch_matmul_kn needs a batch of matrices"
+    if a_shape[:-2] != b_shape[:-2]:
+        return f"batch axes {a_shape[:-2]} and {b_shape[:-2]} differ (broadcasting is not supported)"
+    return _dtype_reason(call)
+
+
+def _dtype_reason(call: relax.Call) -> str | None:
+    dtypes = {str(arg.ty.dtype) for arg in call.args}
+    if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "void"):
+        dtypes.add(str(call.attrs.out_dtype))
+    if not dtypes <= set(SUPPORTED_DTYPES):
+        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
+    return None
+
+
+@register("relax.matmul", "batch_matmul_kn.accel", condition=batch_matmul_condition)
+def batch_matmul_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Flatten the batch axes, call the kernel, restore them."""
+    a, b = call.args
+    a_shape, b_shape = static_shape(a), static_shape(b)
+    (m, k), n = a_shape[-2:], b_shape[-1]
+    batch = math.prod(a_shape[:-2])
+    dtype = str(a.ty.dtype)
+    if len(a_shape) != 3:
+        a = bb.emit(_reshape(bb, a, [batch, m, k]))
+        b = bb.emit(_reshape(bb, b, [batch, k, n]))
+    cfg = topi_accel.batch_matmul_config(m, n)
+    out = kernel_call(
+        bb,
+        topi_accel.batch_matmul_kn_func(batch, m, k, n, cfg, dtype),
+        "batch_matmul_kn",
+        "batch_matmul_kn.accel",
+        [a, b],
+        relax.TensorType([batch, m, n], dtype),
+    )
+    if len(a_shape) == 3:
+        return out
+    return _reshape(bb, bb.emit(out), a_shape[:-2] + [m, n])

@@ -78,4 +78,4 @@ def test_importing_twice_is_harmless():
     with accel_target.recording() as log:
         assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
     assert [d.implementation for d in log] == ["dense_kn.accel"]
-    assert [i.name for i in strategy.implementations("relax.matmul")] == ["dense_kn.accel"]
+    assert [i.name for i in strategy.implementations("relax.matmul")] == ["dense_kn.accel", "batch_matmul_kn.accel"]

@@ -14,10 +14,25 @@ from .conv2d import (
     schedule_conv2d_nhwc_ohwi,
 )
 from .epilogue import inline_epilogue
-from .dense import DenseConfig, check_dense, dense_config, dense_kn, dense_kn_func, schedule_dense_kn, weight_pack_map
+from .generic import parallelize
+from .dense import (
+    DenseConfig,
+    batch_matmul_config,
+    batch_matmul_kn,
+    batch_matmul_kn_func,
+    check_dense,
+    dense_config,
+    dense_kn,
+    dense_kn_func,
+    schedule_dense_kn,
+    weight_pack_map,
+)
 from .knobs import CPUKnobs, cpu_knobs
 
 __all__ = [
+    "batch_matmul_config",
+    "batch_matmul_kn",
+    "batch_matmul_kn_func",
     "CPUKnobs",
     "Conv2DConfig",
     "Conv2DGeometry",
@@ -33,6 +48,7 @@ __all__ = [
     "dense_kn_func",
     "inline_epilogue",
     "kernel_pack_map",
+    "parallelize",
     "schedule_conv2d_nhwc_ohwi",
     "schedule_dense_kn",
     "weight_pack_map",

@@ -18,7 +18,7 @@ import tvm
 from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 
-from .knobs import cpu_knobs, pick_block, round_up
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -100,14 +100,20 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
 
 def schedule_dense_kn(func: tirx.PrimFunc, m: int, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
     """Schedule a PrimFunc made from `dense_kn` (blocks found by name)."""
+    return _schedule_matmul(func, "dense_kn", n, cfg)
+
+
+def _schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
+    """Register-tile `name`_acc (loops [batch,] i, j, k) and write back `name` from registers."""
     sch = s_tir.Schedule(func)
-    acc = sch.get_sblock("dense_kn_acc")
-    out = sch.get_sblock("dense_kn")
-    i, j, rk = sch.get_loops(acc)
+    acc = sch.get_sblock(f"{name}_acc")
+    out = sch.get_sblock(name)
+    *batch, i, j, rk = sch.get_loops(acc)
     io, ii = sch.split(i, [None, cfg.m_block])
     jo, ji = sch.split(j, [None, cfg.n_block])
-    sch.reorder(jo, io, rk, ii, ji)
-    outer = sch.fuse(jo, io)
+    # column block outermost: its weight panel stays in cache while the rows stream past
+    sch.reorder(*batch, jo, io, rk, ii, ji)
+    outer = sch.fuse(*batch, jo, io)
     if cfg.parallel:
         sch.parallel(outer)
     sch.unroll(ii)
@@ -115,10 +121,10 @@ def schedule_dense_kn(func: tirx.PrimFunc, m: int, n: int, cfg: DenseConfig) -> 
     if vo is not None:
         sch.unroll(vo)
     sch.vectorize(vi)
-    sch.reverse_compute_at(out, sch.get_loops(acc)[0])
+    sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rk)
-    if n % cfg.n_block == 0:  # else the column tail is predicated
+    if n % cfg.n_block == 0 and cfg.n_block % cfg.lanes == 0:  # else the column tail is predicated
         inner = sch.get_loops(out)[-1]
         _, vec = sch.split(inner, [None, cfg.lanes])
         sch.vectorize(vec)
@@ -133,3 +139,38 @@ def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = Fa
     out = dense_kn(data, weight, n, cfg, bias)
     args = [data, weight] + ([bias] if with_bias else []) + [out]
     return schedule_dense_kn(te.create_prim_func(args, index_dtype_override="int64"), m, n, cfg)
+
+
+def batch_matmul_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
+    """Tiles for [B, m, K] x [B, K, n] with an unpacked right operand: n_block divides n."""
+    knobs = cpu_knobs(target)
+    n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(n, 2 * knobs.lanes)
+    rows = max(knobs.accumulators // max(n_block // knobs.lanes, 1), 1)
+    return DenseConfig(m_block=pick_block(m, min(rows, 8)), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
+
+
+def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig) -> te.Tensor:
+    """Batched a @ b, both activations (attention's Q @ K^T and P @ V).
+
+    a: 3-D [batch, M, K]. b: 3-D [batch, K, N], read as it is (N contiguous), so
+    ``cfg.n_block`` must divide N. Returns [batch, M, N] named "batch_matmul_kn".
+    """
+    (bs, m, k), (bs2, k2, n) = ([int(v) for v in t.shape] for t in (a, b))
+    if (bs, k) != (bs2, k2) or n % cfg.n_block:
+        raise ValueError(f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} are not supported")
+    rk = te.reduce_axis((0, k), name="rk")
+    last = m - 1
+    acc = te.compute(
+        (bs, round_up(m, cfg.m_block), n),
+        lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * b[p, rk, j], axis=rk),
+        name="batch_matmul_kn_acc",
+    )
+    return te.compute((bs, m, n), lambda p, i, j: acc[p, i, j], name="batch_matmul_kn")
+
+
+def batch_matmul_kn_func(bs: int, m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
+    """The scheduled PrimFunc (a, b) -> out for one shape."""
+    a = te.placeholder((bs, m, k), dtype, name="a")
+    b = te.placeholder((bs, k, n), dtype, name="b")
+    out = batch_matmul_kn(a, b, cfg)
+    return _schedule_matmul(te.create_prim_func([a, b, out], index_dtype_override="int64"), "batch_matmul_kn", n, cfg)

@@ -13,7 +13,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 # write-back blocks of the accel computes (each compute's output tensor is named after it)
-OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "dense_kn")
+OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
 
 
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:

@@ -35,7 +35,9 @@ def _check_report(executable, report):
     # the report agrees with what the executable calls
     assert _executable_calls(executable, "conv2d_nhwc_ohwi") == len(convs)
     assert _executable_calls(executable, "dense_kn") == len(dense)
-    assert report.kernels.accel == len(convs) + len(dense) == report.count("accel")
+    batched = [r for r in rows if r.kernel == "batch_matmul_kn.accel"]
+    assert _executable_calls(executable, "batch_matmul_kn") == len(batched)
+    assert report.kernels.accel == len(convs) + len(dense) + len(batched) == report.count("accel")
     assert report.kernels.weight_transforms == 0
     return convs, dense
 
@@ -97,9 +99,10 @@ def test_registered_pipeline_matches_build():
     assert accel_target.report(executable).kernels.calls == accel_target.report(accel_target.build(mod)).kernels.calls
 
 
-def test_transformer_attention_matmuls_are_reported_as_fallbacks():
+def test_transformer_attention_matmuls_run_on_batch_matmul_kernel():
     model, x, _ = make("transformer_encoder")
-    report = accel_target.report(accel_target.build(accel_target.from_torch(model, (x,))))
-    fallbacks = [r for r in report.rows if r.kind == "fallback"]
-    assert len(fallbacks) == 2 and all("rank 3" in r.reason for r in fallbacks)
-    assert "TVM fallback: dense_kn.accel: right operand has rank 3" in str(report)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), strict=True)
+    report = accel_target.report(executable)
+    batched = [r for r in report.rows if r.kernel == "batch_matmul_kn.accel"]
+    assert len(batched) == 2 and report.count("fallback") == 0
+    assert _executable_calls(executable, "batch_matmul_kn") == 2

@@ -36,3 +36,14 @@ def test_linear_layer_as_pytorch_exports_it():
         out = run_relax(mod, [x])
     assert_close(out, x @ w.T + b)
     assert [d.implementation for d in log] == ["dense_kn.accel"]
+
+
+@pytest.mark.parametrize("shapes", [((2, 4, 8), (2, 8, 5)), ((1, 3, 16, 8), (1, 3, 8, 32))], ids=str)
+def test_batched_matmul_runs_on_batch_matmul_kn(shapes):
+    a, b = rand(*shapes[0]), rand(*shapes[1])
+    mod = single_op_module(lambda x, y: relax.op.matmul(x, y), {"x": a, "y": b}, {})
+    with accel_target.recording() as log:
+        out = run_relax(mod, [a, b])
+    assert_close(out, a @ b)
+    assert [d.implementation for d in log] == ["batch_matmul_kn.accel"]
+    assert log[0].skipped[0][0] == "dense_kn.accel"

@@ -37,13 +37,17 @@ def test_fallback_is_recorded_with_reason_and_still_correct():
     assert len(fallback_funcs) == 1 and "int8" in fallback_funcs[0].attrs["accel.fallback"]
 
 
-def test_batched_matmul_falls_back_with_reason():
-    a, b = rand(2, 4, 8), rand(2, 8, 5)
+def test_broadcast_batch_matmul_falls_back_with_every_reason():
+    a, b = rand(2, 4, 8), rand(1, 8, 5)
     mod = single_op_module(lambda x, y: relax.op.matmul(x, y), {"x": a, "y": b}, {})
     with accel_target.recording() as log:
         out = run_relax(mod, [a, b])
     assert_close(out, a @ b)
-    assert log[0].fallback and "rank 3" in log[0].reason
+    assert log[0].fallback
+    assert dict(log[0].skipped) == {
+        "dense_kn.accel": "right operand has rank 3; dense_kn needs a 2-D [in, out] weight",
+        "batch_matmul_kn.accel": "batch axes [2] and [1] differ (broadcasting is not supported)",
+    }
 
 
 def test_symbolic_shape_falls_back():

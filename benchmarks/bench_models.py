@@ -1,0 +1,134 @@
+"""Whole models, batch 1: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
+
+    python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
+
+Writes benchmarks/results/models.md and models.png (machine, threads, versions
+recorded). Each contender runs the same random-weight model (benchmarks/models.py)
+on the same input; accel's output is checked against PyTorch's first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import accel_target  # sets TVM_NUM_THREADS to every core unless set
+
+import numpy as np
+import onnxruntime
+import torch
+import tvm
+from tvm import relax
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import MODELS, make  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
+    model, x = make(name)
+    with torch.inference_mode():
+        reference = model(x).numpy()
+    row = {"model": name}
+
+    started = time.perf_counter()
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    row["accel compile s"] = time.perf_counter() - started
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(x.numpy())]
+    out = vm["main"](*args).numpy()
+    row["max rel error"] = float(np.abs(out - reference).max() / np.abs(reference).max())
+    row["accel"] = median_ms(lambda: vm["main"](*args), repeat)
+
+    with torch.inference_mode():
+        row["PyTorch"] = median_ms(lambda: model(x), repeat)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.onnx")
+        torch.onnx.export(model, (x,), path, dynamo=False, input_names=["x"])
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feed = {"x": x.numpy()}
+        row["ONNX Runtime"] = median_ms(lambda: session.run(None, feed), repeat)
+
+    if stock_tvm:
+        stock = relax.VirtualMachine(tvm.compile(accel_target.from_torch(model, (x,)), target="llvm"), tvm.cpu())
+        row["stock TVM"] = median_ms(lambda: stock["main"](*args), 2)
+    return row
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
+    lines = [header, "", "| model | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names[1:])
+             + " | accel compile s | max rel error |", "|---" * (2 * len(names) + 2) + "|"]
+    for r in rows:
+        times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
+        ratios = " | ".join(f"{r[n] / r['accel']:.2f}x" if n in r else "" for n in names[1:])
+        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {r['max rel error']:.1e} |")
+    lines += ["", "'vs X' = X's median time / accel's (above 1: accel is faster)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [r.get(name, np.nan) for r in rows]
+        ax.bar(np.arange(len(rows)) + i * width, values, width, label=name)
+    ax.set_xticks(np.arange(len(rows)) + width * (len(names) - 1) / 2, [r["model"] for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per inference (median, log)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
+    args = parser.parse_args()
+    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    torch.set_num_threads(threads)
+    rows = []
+    for name in args.models.split(","):
+        print(f"[bench] {name}", file=sys.stderr, flush=True)
+        rows.append(bench_model(name, threads, args.repeat, not args.no_stock_tvm))
+    header = (f"{threads} threads for every contender; CPU {accel_target.host_cpu()} ({platform.machine()}, "
+              f"{os.cpu_count()} cores); apache-tvm {tvm.__version__}, torch {torch.__version__}, "
+              f"onnxruntime {onnxruntime.__version__}; batch 1, median of {args.repeat} runs")
+    text = markdown(rows, header)
+    print(text)
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "models.md"), "w") as f:
+        f.write("# Whole models\n\n" + text)
+    plot(rows, os.path.join(RESULTS, "models.png"), header)
+
+
+if __name__ == "__main__":
+    main()
