@@ -14,7 +14,8 @@ from .pipeline import build
 from .target import host_cpu
 
 
-def _median_ms(fn, repeat: int) -> float:
+def median_ms(fn, repeat: int) -> float:
+    """Median wall time of `repeat` calls of `fn` after one warm-up call, in ms."""
     fn()  # warm-up
     times = []
     for _ in range(repeat):
@@ -85,7 +86,7 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     results = []
     for name, run, rounds in rows:
         progress(f"timing {name} ({rounds} rounds)")
-        results.append({"runtime": name, "ms": _median_ms(run, rounds)})
+        results.append({"runtime": name, "ms": median_ms(run, rounds)})
     accel_ms = results[0]["ms"]
     for r in results:
         r["accel_speedup"] = r["ms"] / accel_ms

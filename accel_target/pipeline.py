@@ -4,7 +4,9 @@ Small functions return lists of passes (as in relax/backend/cpu_generic):
 
     graph_passes      fold BN into conv, decompose for inference, ConvertLayout to
                       NHWC/OHWI, fold every weight transform, cancel the rest
-    legalize_passes   LegalizeOps (the strategies pick the kernels), fuse elementwise ops
+    legalize_passes   LegalizeOps (the strategies pick the kernels), fuse elementwise
+                      ops into the accel kernels' write-back (epilogues) or into one
+                      kernel of their own, split TVM's own kernels across threads
     lowering_passes   TVM's CPU dataflow lowering and finalization
 
 ``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all three.

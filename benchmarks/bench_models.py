@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import accel_target  # sets TVM_NUM_THREADS to every core unless set
+from accel_target.benchmark import median_ms
 
 import numpy as np
 import onnxruntime
@@ -28,16 +29,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
-
-
-def median_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
 
 
 def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
