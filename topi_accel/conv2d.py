@@ -7,9 +7,11 @@ groups == 1) so that one vector load gives ``ob`` output channels.
 constant weights at compile time and emits it as a visible layout_transform
 for runtime weights.
 
-Schedule: parallel over (output-channel block, batch, output row); a register
-tile of ``ow_block`` output columns x ``oc_block`` channels accumulates over
-(kh, kw, c) with the input broadcast and the weights vector-loaded.
+Schedule: parallel over (output-channel block, batch, output row) — channel
+block innermost instead for grouped/depthwise convs; a register tile of
+``ow_block`` output columns x ``oc_block`` channels accumulates over
+(kh, kw, c) with the input broadcast (loaded as a vector when depthwise) and
+the weights vector-loaded.
 """
 
 from __future__ import annotations
@@ -58,12 +60,15 @@ class Conv2DGeometry:
 @dataclass(frozen=True)
 class Conv2DConfig:
     """Schedule knobs: output channels per vector tile, output columns per register tile,
-    float32 lanes of the target's vectors, whether to use threads."""
+    float32 lanes of the target's vectors, whether to use threads, and whether the
+    channel-block loop is outermost (a weight panel reused across all rows) or
+    innermost (a pixel's channels together: grouped and depthwise, tiny weights)."""
 
     oc_block: int
     ow_block: int
     lanes: int
     parallel: bool = True
+    channels_outer: bool = True
 
 
 def _as_list(value, repeat: int) -> list:
@@ -148,10 +153,13 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
         oc_block = two if geo.out_c > knobs.lanes else knobs.lanes
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding
-        oc_block = largest_divisor(geo.out_c, two)
+        # (whole vectors when the channels allow: 144 channels -> 16, not 24)
+        whole = [b for b in (two, knobs.lanes) if geo.out_c % b == 0]
+        oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
     vectors = max(oc_block // knobs.lanes, 1)
     ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
-    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel)
+    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel,
+                        channels_outer=geo.groups == 1)
 
 
 def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
@@ -244,13 +252,16 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     n, h, w, o, rkh, rkw, rc = sch.get_loops(acc)
     wo, wi = sch.split(w, [None, cfg.ow_block])
     oo, oi = sch.split(o, [None, cfg.oc_block])
-    # channel block outermost: its weight panel stays in cache across rows
-    sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-    outer = sch.fuse(oo, n, h)
+    if cfg.channels_outer:
+        sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
+        outer, tile = sch.fuse(oo, n, h), wo
+    else:
+        sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
+        outer, tile = sch.fuse(n, h), oo
     if cfg.parallel:
         sch.parallel(outer)
     _register_tile(sch, wi, oi, lanes)
-    sch.reverse_compute_at(out, wo)
+    sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rkh)
     if geo.out_c % cfg.oc_block == 0:  # else the channel tail is predicated
