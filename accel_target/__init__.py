@@ -7,7 +7,7 @@
 - the Relax pipeline "accel" (`tvm.compile(..., relax_pipeline="accel")`);
 - TVM's thread pool sized to every core (unless TVM_NUM_THREADS is set).
 
-Whole models: `from_torch` / `from_onnx` -> `build` (or `optimize`) -> `report`.
+Whole models: `from_torch` / `from_onnx` -> [`tune`] -> `build` (or `optimize`) -> `report`.
 """
 
 import strategy as _strategy
@@ -16,7 +16,7 @@ from strategy import Decision, StrictModeError, recording, strict
 from . import pipeline as _pipeline
 from . import target as _target
 from .frontend import from_onnx, from_torch
-from .pipeline import build, optimize, report
+from .pipeline import build, optimize, report, tune
 from .report import Report
 from .target import host_cores, host_cpu, is_accel, target_config
 
@@ -39,4 +39,5 @@ __all__ = [
     "report",
     "strict",
     "target_config",
+    "tune",
 ]

@@ -4,6 +4,7 @@
     accel-tvm run OUT.so --input x.npy [...] [--output y.npy]
     accel-tvm report MODEL
     accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--plot out.png]
+    accel-tvm tune MODEL --db tuning.json [--limit N]   (then compile --tuning-db tuning.json)
     accel-tvm demo
 
 MODEL is an ONNX file (.onnx) or a program saved with torch.export.save (.pt2).
@@ -52,12 +53,12 @@ def _load(path: str, input_layout: str | None):
     return mod, _inputs_of(transforms.convert_input_layout(mod, input_layout))
 
 
-def _build(mod, input_layout, strict):
+def _build(mod, input_layout, strict, tuning_db=None):
     from .pipeline import build  # pylint: disable=import-outside-toplevel
 
     _progress("building for accel (layout conversion, weight folding, kernels, LLVM)")
     started = time.perf_counter()
-    executable = build(mod, input_layout=input_layout, strict=strict)
+    executable = build(mod, input_layout=input_layout, strict=strict, tuning_db=tuning_db)
     _progress(f"built in {time.perf_counter() - started:.1f} s")
     return executable
 
@@ -66,7 +67,9 @@ def cmd_compile(args) -> int:
     from .pipeline import report  # pylint: disable=import-outside-toplevel
 
     mod, inputs = _load(args.model, args.input_layout)
-    executable = _build(mod, args.input_layout, args.strict)
+    if args.tuning_db and not os.path.isfile(args.tuning_db):
+        raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
+    executable = _build(mod, args.input_layout, args.strict, args.tuning_db)
     executable.export_library(args.output)
     with open(args.output + ".json", "w") as f:
         json.dump({"model": os.path.abspath(args.model), "input_layout": args.input_layout, "inputs": inputs}, f, indent=2)
@@ -136,6 +139,16 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from .pipeline import tune  # pylint: disable=import-outside-toplevel
+
+    mod, _ = _load(args.model, args.input_layout)
+    _progress(f"tuning every accel conv2d (up to {args.limit or 'all'} candidates each) into {args.db}")
+    db = tune(mod, args.db, input_layout=args.input_layout, limit=args.limit, progress=_progress)
+    print(json.dumps({"db": args.db, "entries": len(db.entries)}) if args.json else f"{args.db}: {len(db.entries)} tuned kernels")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from . import benchmark  # pylint: disable=import-outside-toplevel
 
@@ -174,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
     sub.add_argument("--strict", action="store_true", help="fail instead of falling back to TVM's kernel")
     sub.add_argument("--report", action="store_true", help="print which kernel every op got")
+    sub.add_argument("--tuning-db", help="JSON file written by 'accel-tvm tune': its schedules replace the defaults")
 
     sub = command("run", cmd_run, "run a compiled library on .npy inputs")
     sub.add_argument("library", help="a library written by 'accel-tvm compile'")
@@ -191,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)")
     sub.add_argument("--repeat", type=int, default=20, help="timed runs per contender (default 20)")
     sub.add_argument("--plot", help="also write a bar chart to this PNG file")
+
+    sub = command("tune", cmd_tune, "grid-search the schedule of every accel conv2d of MODEL, save the best")
+    sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
+    sub.add_argument("--db", required=True, help="JSON tuning database to create or extend")
+    sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
+    sub.add_argument("--limit", type=int, help="at most this many candidates per shape")
 
     command("demo", cmd_demo, "compile a bundled model for accel, check it, report, compare with stock TVM")
     return parser

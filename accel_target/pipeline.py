@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.backend import cpu_generic
 
+import strategy.conv2d
 import topi_accel
 from strategy import recording, strict as strict_mode
 
@@ -136,26 +137,58 @@ def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
     return convert_input_layout(mod, input_layout)
 
 
-def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False) -> tvm.IRModule:
+def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False, tuning_db=None) -> tvm.IRModule:
     """`mod` after the accel pipeline up to kernels: every op a call_tir to a named PrimFunc.
 
     Same arguments as `build`; for inspection (``.script()``) and for `report`.
     """
-    return _optimize(mod, params, target, input_layout, strict)[0]
+    return _optimize(mod, params, target, input_layout, strict, tuning_db)[0]
 
 
-def _optimize(mod, params, target, input_layout, strict):
-    target = tvm.target.Target(target)
-    mod = _prepare(mod, params, input_layout)
+def _graph(mod, params, target, input_layout) -> tvm.IRModule:
     with target:
-        graph = _sequential(graph_passes())(mod)
-        rows = op_rows(graph)
-        with strict_mode(strict), recording() as decisions:
-            lowered = _sequential(legalize_passes())(graph)
+        return _sequential(graph_passes())(_prepare(mod, params, input_layout))
+
+
+def _optimize(mod, params, target, input_layout, strict, tuning_db=None):
+    target = tvm.target.Target(target)
+    graph = _graph(mod, params, target, input_layout)
+    rows = op_rows(graph)
+    db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
+    with target, topi_accel.tuning.using(db), strict_mode(strict), recording() as decisions:
+        lowered = _sequential(legalize_passes())(graph)
     return lowered, Report.from_rows(rows, decisions, target.keys)
 
 
-def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False) -> relax.VMExecutable:
+def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):
+    """Grid-search the schedule of every distinct accel conv2d of `mod`; save the winners in `db`.
+
+    db: path of the JSON tuning database (created, or extended: shapes it holds are skipped).
+    limit: at most this many candidates per shape (the heuristic's config is always first).
+    Use the result with ``build(mod, tuning_db=db)``. Returns the TuningDB.
+    """
+    target = tvm.target.Target(target)
+    graph = _graph(mod, params, target, input_layout)
+    database = topi_accel.tuning.TuningDB(db)
+    calls = []
+    relax.analysis.post_order_visit(
+        graph["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None
+    )
+    with target:
+        geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in calls if strategy.conv2d.conv2d_condition(c) is None)
+        for i, geo in enumerate(geometries, 1):
+            key = topi_accel.conv2d_key(geo, target)
+            if database.get(key) is not None:
+                continue
+            cfg, ms = topi_accel.tune_conv2d(geo, target, number=number, limit=limit)
+            if progress is not None:
+                progress(f"conv2d {i}/{len(geometries)}: {ms:.3f} ms with {cfg}")
+            database.put(key, cfg, ms)
+            database.save()
+    return database
+
+
+def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False, tuning_db=None) -> relax.VMExecutable:
     """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
 
     mod: IRModule with a Relax `main` (e.g. from `from_torch` / `from_onnx`).
@@ -164,11 +197,12 @@ def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, 
     input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
         input channels-last (a PyTorch channels_last tensor's memory as is).
     strict: raise StrictModeError instead of falling back to TVM's kernel.
+    tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
 
     Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
     which kernel every op got.
     """
-    lowered, report = _optimize(mod, params, target, input_layout, strict)
+    lowered, report = _optimize(mod, params, target, input_layout, strict, tuning_db)
     target = tvm.target.Target(target)
     executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
     executable.accel_report = report

@@ -16,14 +16,17 @@ import sys
 import tempfile
 import time
 
-import accel_target  # sets TVM_NUM_THREADS to every core unless set
-from accel_target.benchmark import median_ms
+if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
+    os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
 
-import numpy as np
-import onnxruntime
-import torch
-import tvm
-from tvm import relax
+import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
+from accel_target.benchmark import median_ms  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
+import torch  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402

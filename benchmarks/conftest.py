@@ -66,3 +66,32 @@ def pytest_terminal_summary(terminalreporter, config):
     name = os.environ.get("ACCEL_BENCH_RESULT", "kernels")
     with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
         f.write(f"# {name}\n\n{text}")
+    plot_speedups(session.benchmarks, os.path.join(RESULTS, f"{name}.png"))
+
+
+def plot_speedups(benchmarks, path: str) -> None:
+    """Bar chart of accel's speed-up over each contender, per shape (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, dict[str, float]] = {}
+    for bench in benchmarks:
+        contender = bench.name.split("[")[0].removeprefix("test_").removesuffix("_dense")
+        groups.setdefault(bench.group, {})[contender] = bench.stats.median
+    others = sorted({c for g in groups.values() for c in g} - {"accel"})
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    width = 0.8 / len(others)
+    for i, other in enumerate(others):
+        ratios = [g[other] / g["accel"] if other in g and "accel" in g else float("nan") for g in groups.values()]
+        ax.bar([x + i * width for x in range(len(groups))], ratios, width, label=f"vs {other}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("accel speed-up (log)")
+    ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(groups))], list(groups), rotation=20, fontsize=7)
+    ax.set_title(machine_line(), fontsize=7)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

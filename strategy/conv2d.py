@@ -34,26 +34,33 @@ def conv2d_condition(call: relax.Call) -> str | None:
     return None
 
 
+def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
+    """The conv2d_nhwc_ohwi geometry of a conv2d call in any plain layout."""
+    attrs = call.attrs
+    data_shape, kernel_shape = static_shape(call.args[0]), static_shape(call.args[1])
+    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    return topi_accel.conv2d_geometry(
+        [data_shape[data_layout.index(axis)] for axis in "NHWC"],
+        [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"],
+        attrs.strides,
+        attrs.padding,
+        attrs.dilation,
+        attrs.groups,
+        str(call.args[0].ty.dtype),
+    )
+
+
 @register("relax.nn.conv2d", "conv2d_nhwc_ohwi.accel", condition=conv2d_condition)
 def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Convert data to NHWC and weights to the packed OHWI kernel layout, call the kernel,
     convert the result to out_layout."""
     attrs = call.attrs
     data_layout, kernel_layout, out_layout = str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)
+    geo = geometry_of(call)
     data = call.args[0]
     if data_layout != "NHWC":
         data = bb.emit(to_layout(data, data_layout, "NHWC", bb))
-    kernel_shape = static_shape(call.args[1])
     dtype = str(data.ty.dtype)
-    geo = topi_accel.conv2d_geometry(
-        static_shape(data),
-        [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"],
-        attrs.strides,
-        attrs.padding,
-        attrs.dilation,
-        attrs.groups,
-        dtype,
-    )
     cfg = topi_accel.conv2d_config(geo)
     kernel = pack_weight(bb, call.args[1], kernel_layout, "OHWI", topi_accel.kernel_pack_map(cfg))
     out = kernel_call(

@@ -6,15 +6,19 @@ Pure TE/TIR: nothing here knows about Relax, strategies or models.
 from .conv2d import (
     Conv2DConfig,
     Conv2DGeometry,
+    conv2d_candidates,
     conv2d_config,
     conv2d_geometry,
+    conv2d_key,
     conv2d_nhwc_ohwi,
     conv2d_nhwc_ohwi_func,
     kernel_pack_map,
     schedule_conv2d_nhwc_ohwi,
+    tune_conv2d,
 )
 from .epilogue import inline_epilogue
 from .generic import parallelize
+from . import tuning
 from .dense import (
     DenseConfig,
     batch_matmul_config,
@@ -38,7 +42,9 @@ __all__ = [
     "Conv2DGeometry",
     "DenseConfig",
     "check_dense",
+    "conv2d_candidates",
     "conv2d_config",
+    "conv2d_key",
     "conv2d_geometry",
     "conv2d_nhwc_ohwi",
     "conv2d_nhwc_ohwi_func",
@@ -51,5 +57,7 @@ __all__ = [
     "parallelize",
     "schedule_conv2d_nhwc_ohwi",
     "schedule_dense_kn",
+    "tune_conv2d",
+    "tuning",
     "weight_pack_map",
 ]

@@ -17,12 +17,13 @@ the weights vector-loaded.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import tvm
 from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 
+from . import tuning
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 
 SUPPORTED_DTYPES = ("float32",)
@@ -144,8 +145,17 @@ def conv2d_geometry(
     return geo
 
 
+def conv2d_key(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> str:
+    """The tuning database key of `geo` on `target`."""
+    return tuning.kernel_key("conv2d_nhwc_ohwi", asdict(geo), target or tvm.target.Target.current())
+
+
 def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DConfig:
-    """Tile sizes for `geo` on `target`, derived from the vector width and register budget."""
+    """Tile sizes for `geo` on `target`: the active tuning database's entry, else derived
+    from the vector width and register budget."""
+    tuned = tuning.lookup(conv2d_key(geo, target))
+    if tuned is not None:
+        return Conv2DConfig(**tuned)
     knobs = cpu_knobs(target)
     two = 2 * knobs.lanes
     if geo.groups == 1:
@@ -308,3 +318,47 @@ def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "
     )
     out = conv2d_nhwc_ohwi(data, kernel, geo, cfg)
     return schedule_conv2d_nhwc_ohwi(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)
+
+
+def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> list[Conv2DConfig]:
+    """The configs a tuner tries for `geo`: the heuristic's, then other channel blocks,
+    register-tile widths and loop orders that fit the register budget."""
+    knobs = cpu_knobs(target)
+    default = conv2d_config(geo, target)
+    if geo.groups == 1:
+        blocks = [b * knobs.lanes for b in (1, 2, 3) if b * knobs.lanes <= round_up(geo.out_c, knobs.lanes)]
+    else:
+        blocks = [b for b in (knobs.lanes, 2 * knobs.lanes, default.oc_block) if geo.out_c % b == 0]
+    out = [default]
+    for oc_block in dict.fromkeys(blocks):
+        cap = max(knobs.accumulators // max(oc_block // knobs.lanes, 1), 1)
+        widths = dict.fromkeys(pick_block(geo.out_w, c) for c in range(max(cap // 2, 1), cap + 1))
+        for ow_block in widths:
+            for outer in (True, False):
+                cfg = replace(default, oc_block=oc_block, ow_block=ow_block, channels_outer=outer)
+                if cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5, limit: int | None = None):
+    """(fastest config, its ms) among `conv2d_candidates`, timed on random data."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((geo.batch, geo.in_h, geo.in_w, geo.in_c)).astype("float32")
+    candidates = conv2d_candidates(geo, target)[:limit]
+
+    dev = tvm.cpu()
+    data_t = tvm.runtime.tensor(data)
+    out_t = tvm.runtime.tensor(np.zeros((geo.batch, geo.out_h, geo.out_w, geo.out_c), "float32"))
+    best, best_ms = None, float("inf")
+    for cfg in candidates:
+        kernel = tvm.runtime.tensor(rng.standard_normal(
+            (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
+        ).astype("float32"))
+        lib = tvm.compile(tvm.IRModule({"main": conv2d_nhwc_ohwi_func(geo, cfg)}), target).jit()
+        ms = lib.time_evaluator("main", dev, number=number, repeat=3)(data_t, kernel, out_t).median * 1e3
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    return best, best_ms

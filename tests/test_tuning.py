@@ -1,0 +1,64 @@
+"""Schedule configs as data: every candidate a tuner may pick is correct; the database round-trips."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import accel_target
+import topi_accel
+from tests.helpers import assert_close, conv2d_reference, pack, rand, run_primfunc
+from tests.models.test_models import _run
+
+# (data NHWC, kernel OHWI, stride, padding, groups): plain, tails, depthwise
+SHAPES = [
+    ((1, 14, 14, 32), (48, 3, 3, 32), 1, 1, 1),
+    ((2, 9, 11, 5), (21, 3, 3, 5), 2, (1, 0, 2, 1), 1),
+    ((1, 16, 16, 32), (32, 3, 3, 1), 2, 1, 32),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_every_candidate_config_is_correct(shape):
+    data_shape, kernel_shape, stride, padding, groups = shape
+    x, w = rand(*data_shape), rand(*kernel_shape)
+    target = tvm.target.Target("accel")
+    with target:
+        geo = topi_accel.conv2d_geometry(data_shape, kernel_shape, stride, padding, 1, groups)
+        candidates = topi_accel.conv2d_candidates(geo)
+        assert candidates[0] == topi_accel.conv2d_config(geo)
+    assert {c.channels_outer for c in candidates} == {True, False}  # both loop orders
+    assert len({(c.oc_block, c.ow_block) for c in candidates}) >= 2
+    ref = conv2d_reference(x, w, geo.stride, geo.pad, geo.dilation, groups)
+    for cfg in candidates:
+        out = run_primfunc(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, pack(w, topi_accel.kernel_pack_map(cfg))],
+                           ref.shape, target)
+        assert_close(out, ref)
+
+
+def test_tune_writes_database_that_build_uses(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(24, 24, 3, groups=24)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    mod = accel_target.from_torch(model, (x,))
+    db_path = tmp_path / "tuning.json"
+    db = accel_target.tune(mod, db_path, limit=3, number=1)
+    entries = json.loads(db_path.read_text())
+    assert len(entries) == len(db.entries) == 2
+    assert all(e["ms"] > 0 and {"oc_block", "ow_block", "channels_outer"} <= set(e["config"]) for e in entries.values())
+
+    # force a config the heuristic would not choose, and see the build use it
+    key = next(k for k in entries if json.loads(k)["groups"] == 1)
+    entries[key]["config"].update(oc_block=16, ow_block=3, channels_outer=False)
+    db_path.write_text(json.dumps(entries))
+    geo = topi_accel.Conv2DGeometry(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(key).items() if k in topi_accel.Conv2DGeometry.__dataclass_fields__})
+    with tvm.target.Target("accel"), topi_accel.tuning.using(topi_accel.tuning.TuningDB(db_path)):
+        assert topi_accel.conv2d_config(geo).ow_block == 3
+    with tvm.target.Target("accel"):
+        assert topi_accel.conv2d_config(geo).ow_block != 3
+    executable = accel_target.build(mod, tuning_db=db_path)
+    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+
+    # a second run extends the database and skips what it holds
+    assert len(accel_target.tune(mod, db_path, limit=1, number=1).entries) == 2

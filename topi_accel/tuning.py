@@ -1,0 +1,66 @@
+"""Schedule choices as data: a JSON database of the best config per kernel shape.
+
+The configs come from heuristics on the target's vector width and register
+budget (`conv2d_config`); a tuner (`tune_conv2d`) times the candidates of one
+shape, and a `TuningDB` keeps the winners in a JSON file. While a database is
+in use (``with using(db):``), `conv2d_config` returns its entry for a shape it
+holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict
+
+import tvm
+
+_ACTIVE: contextvars.ContextVar["TuningDB | None"] = contextvars.ContextVar("accel_tuning_db", default=None)
+
+
+class TuningDB:
+    """Best configs by kernel key, kept in a JSON file ({key: {"config": {...}, "ms": float}})."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.entries: dict[str, dict] = {}
+        if os.path.isfile(self.path):
+            with open(self.path) as f:
+                self.entries = json.load(f)
+
+    def get(self, key: str) -> dict | None:
+        entry = self.entries.get(key)
+        return None if entry is None else entry["config"]
+
+    def put(self, key: str, config, ms: float) -> None:
+        self.entries[key] = {"config": asdict(config), "ms": ms}
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.entries, f, indent=1, sort_keys=True)
+
+
+@contextlib.contextmanager
+def using(db: TuningDB | None) -> Iterator[None]:
+    """Within this block, configs come from `db` where it has them."""
+    token = _ACTIVE.set(db)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def lookup(key: str) -> dict | None:
+    db = _ACTIVE.get()
+    return None if db is None else db.get(key)
+
+
+def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
+    """A stable key: kernel kind, its shape and attributes, and what the schedule reads from the target."""
+    from .knobs import cpu_knobs  # pylint: disable=import-outside-toplevel
+
+    knobs = cpu_knobs(target)
+    return json.dumps({"kind": kind, **shape_fields, "lanes": knobs.lanes, "parallel": knobs.parallel}, sort_keys=True)
