@@ -10,7 +10,9 @@
   into ones it can: clip into maximum/minimum, a zero pad of the spatial axes
   into the padding of the conv2d that consumes it;
 - broadcast_to that changes nothing, and a matmul weight broadcast over the
-  batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight.
+  batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight;
+- an elementwise activation of a reshape into the reshape of the activation,
+  so that it follows the dense kernel directly and becomes its epilogue.
 
 `convert_input_layout` gives main channels-last image inputs.
 """
@@ -33,6 +35,10 @@ CLIP = "relax.clip"
 PAD = "relax.nn.pad"
 CONV2D = "relax.nn.conv2d"
 BROADCAST = "relax.broadcast_to"
+# elementwise ops of one tensor: f(reshape(x)) == reshape(f(x))
+UNARY_ELEMENTWISE = {
+    "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.erf",
+}
 
 
 def _op_name(expr) -> str | None:
@@ -63,6 +69,10 @@ class _LayoutSimplifier(PyExprMutator):
             return self._clip(call)
         if name == BROADCAST and static_shape(call.args[0]) == static_shape(call):
             return call.args[0]
+        if name in UNARY_ELEMENTWISE and _op_name(self._binding(call.args[0])) == RESHAPE and static_shape(call):
+            source = self._binding(call.args[0]).args[0]
+            inner = self.builder_.emit(relax.Call(call.op, [source], call.attrs, call.ty_args))
+            return relax.op.reshape(inner, static_shape(call))
         rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._absorb_pad,)}
         for rewrite in rewrites.get(name, ()):
             new = rewrite(call)

@@ -14,6 +14,7 @@ import os
 import platform
 import sys
 import tempfile
+import textwrap
 import time
 
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
@@ -94,7 +95,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     ax.set_xticks(np.arange(len(rows)) + width * (len(names) - 1) / 2, [r["model"] for r in rows])
     ax.set_yscale("log")
     ax.set_ylabel("ms per inference (median, log)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 110)), fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

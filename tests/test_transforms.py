@@ -111,3 +111,17 @@ def test_convert_input_layout_signature():
     (param,) = mod["main"].params
     assert [int(d) for d in param.ty.shape] == [1, 4, 5, 3]
     assert_close(run_relax(mod, [x.transpose(0, 2, 3, 1)], target="llvm"), np.maximum(x, 0))
+
+
+def test_activation_of_reshape_moves_before_it():
+    y = rand(6, 8)
+    _check(
+        lambda y: relax.op.nn.gelu(relax.op.reshape(y, [2, 3, 8])),
+        {"y": y}, {}, (torch_gelu(y)).reshape(2, 3, 8), ["relax.nn.gelu", "relax.reshape"],
+    )
+
+
+def torch_gelu(a):
+    import torch
+
+    return torch.nn.functional.gelu(torch.from_numpy(a)).numpy()
