@@ -73,3 +73,13 @@ def test_dense_epilogue_is_fused(kind):
 def test_dense_with_non_elementwise_consumer_stays_correct():
     calls = _check(DenseEpilogue("residual"), torch.randn(3, 5, 33), accel_kernels=1)
     assert any("dense_kn" in c for c in calls)
+
+
+def test_gelu_uses_fast_erf_within_tolerance_and_is_fused():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU()).eval()
+    x = torch.randn(8, 64) * 4  # wide range of GELU inputs
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    (kernel,) = accel_target.report(executable).kernels.calls
+    assert kernel.startswith("fused_dense_kn") and "fast_erf" in kernel

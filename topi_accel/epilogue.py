@@ -16,9 +16,24 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
 
 
+def _inline_intermediates(sch: s_tir.Schedule) -> None:
+    """Fold every elementwise block that feeds another (GELU's erf, scale and shift) into
+    its consumer, so that the kernel's output has a single chain of consumers."""
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(block).name_hint.startswith(OUTPUT_BLOCKS):  # the kernel's own stages
+            continue
+        try:
+            sch.compute_inline(block)
+        except ScheduleError:  # writes the function's output, or is not elementwise
+            continue
+
+
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none."""
     sch = s_tir.Schedule(func)
+    if not any(sch.get(b).name_hint in OUTPUT_BLOCKS for b in sch.get_child_blocks(sch.get_sblock("root"))):
+        return None
+    _inline_intermediates(sch)
     inlined = 0
     for name in OUTPUT_BLOCKS:
         try:
