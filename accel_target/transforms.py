@@ -41,6 +41,15 @@ UNARY_ELEMENTWISE = {
 }
 
 
+def _rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with every Relax function rewritten by a fresh `mutator_class` (a PyExprMutator)."""
+    mutator = mutator_class(mod)
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
 def _op_name(expr) -> str | None:
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
         return expr.op.name
@@ -161,11 +170,7 @@ class SimplifyLayouts:  # pylint: disable=too-few-public-methods
     """The rewrites listed in this module's docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        simplifier = _LayoutSimplifier(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                simplifier.builder_.update_func(gvar, simplifier.visit_expr(func))
-        return simplifier.builder_.get()
+        return _rewrite_functions(_LayoutSimplifier, mod)
 
 
 SUPPORTED_INPUT_LAYOUTS = ("NCHW", "NHWC")
@@ -263,11 +268,7 @@ class FoldConstantNumpy:  # pylint: disable=too-few-public-methods
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        folder = _NumpyFolder(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                folder.builder_.update_func(gvar, folder.visit_expr(func))
-        return folder.builder_.get()
+        return _rewrite_functions(_NumpyFolder, mod)
 
 
 @mutator
@@ -290,8 +291,4 @@ class FastGelu:  # pylint: disable=too-few-public-methods
     become the epilogue of the dense kernel before them."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewriter = _FastGelu(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
+        return _rewrite_functions(_FastGelu, mod)
