@@ -23,7 +23,7 @@ import topi_accel
 from strategy import recording, strict as strict_mode
 
 from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
-from .transforms import FastGelu, FoldConstantNumpy, SimplifyLayouts, convert_input_layout
+from .transforms import FastMath, FoldConstantNumpy, SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -62,7 +62,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
         *fold_constants(),
         relax.transform.OptimizeLayoutTransform(),
         relax.transform.RemoveRedundantReshape(),
-        FastGelu(),
+        FastMath(),
         relax.transform.DeadCodeElimination(),
     ]
 
