@@ -5,6 +5,7 @@ before anything starts a thread pool: TVM (TVM_NUM_THREADS), PyTorch
 (set_num_threads) and numpy's OpenBLAS (threadpoolctl).
 """
 
+import math
 import os
 
 import accel_target
@@ -50,7 +51,23 @@ def ratio_table(benchmarks) -> str:
         cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
         ratios = [f"{times[n] / accel:.2f}x" if n in times and accel else "" for n in names]
         lines.append(f"| {group} | {accel:.3f} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    lines += ["", "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |", "|---" * (2 + len(names)) + "|"]
+    for family, members in families(groups).items():
+        means = []
+        for n in names:
+            ratios = [t[n] / t["accel"] for t in members if n in t and "accel" in t]
+            means.append(f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x" if ratios else "")
+        lines.append(f"| {family} | {len(members)} | " + " | ".join(means) + " |")
     return "\n".join(lines)
+
+
+def families(groups: dict) -> dict:
+    """Shape groups by family: the group name's first word without its kernel size (conv, depthwise, dense)."""
+    out: dict[str, list] = {}
+    for group, times in groups.items():
+        word = group.split()[0].split("/")[0].rstrip("0123456789x")
+        out.setdefault(word, []).append(times)
+    return out
 
 
 @pytest.hookimpl(trylast=True)
@@ -81,7 +98,7 @@ def plot_speedups(benchmarks, path: str) -> None:
         contender = bench.name.split("[")[0].removeprefix("test_").removesuffix("_dense")
         groups.setdefault(bench.group, {})[contender] = bench.stats.median
     others = sorted({c for g in groups.values() for c in g} - {"accel"})
-    fig, ax = plt.subplots(figsize=(9, 3.5))
+    fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(groups)), 4.5))
     width = 0.8 / len(others)
     for i, other in enumerate(others):
         ratios = [g[other] / g["accel"] if other in g and "accel" in g else float("nan") for g in groups.values()]
@@ -89,7 +106,7 @@ def plot_speedups(benchmarks, path: str) -> None:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
     ax.set_ylabel("accel speed-up (log)")
-    ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(groups))], list(groups), rotation=20, fontsize=7)
+    ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(groups))], list(groups), rotation=70, ha="right", fontsize=6)
     ax.set_title(machine_line(), fontsize=7)
     ax.legend(fontsize=8)
     fig.tight_layout()
