@@ -53,14 +53,15 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     with torch.inference_mode():
         row["PyTorch"] = median_ms(lambda: model(x), repeat)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, f"{name}.onnx")
-        torch.onnx.export(model, (x,), path, dynamo=False, input_names=["x"])
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        feed = {"x": x.numpy()}
-        row["ONNX Runtime"] = median_ms(lambda: session.run(None, feed), repeat)
+    path_onnx = os.path.join(TMP, f"{name}.onnx")
+    torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = onnxruntime.InferenceSession(path_onnx, options, providers=["CPUExecutionProvider"])
+    feed = {"x": x.numpy()}
+    row["ONNX Runtime"] = median_ms(lambda: session.run(None, feed), repeat)
+
+    row["accel peak MB"], row["ONNX Runtime peak MB"] = peak_memory(executable, path_onnx, x.numpy(), threads)
 
     if stock_tvm:
         stock = relax.VirtualMachine(tvm.compile(accel_target.from_torch(model, (x,)), target="llvm"), tvm.cpu())
@@ -68,15 +69,63 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     return row
 
 
+TMP = tempfile.mkdtemp(prefix="accel_bench_")
+
+# peak RSS of this process image in MB (VmHWM: ru_maxrss would carry the parent's peak across exec)
+_HWM = (
+    "def _status(key):\n"
+    "    return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) / 1024\n"
+    "def _hwm():\n    return f'{_status(\"VmHWM\")} {_status(\"VmHWM\") - BASE}'\n"
+)
+# each runs in a fresh process: load the model, run it 5 times, print the peak RSS in MB
+_MEMORY_SCRIPTS = {
+    "accel": (
+        _HWM + "import sys, numpy as np, tvm; from tvm import relax\nBASE = _status('VmRSS')\n"
+        "vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())\n"
+        "x = tvm.runtime.tensor(np.load(sys.argv[2]))\n"
+        "[vm['main'](x) for _ in range(5)]\n"
+        "print(_hwm())"
+    ),
+    "onnxruntime": (
+        _HWM + "import sys, numpy as np, onnxruntime as ort\nBASE = _status('VmRSS')\n"
+        "o = ort.SessionOptions(); o.intra_op_num_threads = int(sys.argv[3])\n"
+        "s = ort.InferenceSession(sys.argv[1], o, providers=['CPUExecutionProvider'])\n"
+        "x = np.load(sys.argv[2]); [s.run(None, {'x': x}) for _ in range(5)]\n"
+        "print(_hwm())"
+    ),
+}
+
+
+def peak_memory(executable, path_onnx: str, x: np.ndarray, threads: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(peak RSS, peak RSS above the runtime's own import) in MB of a process that loads and
+    runs the model: accel's exported library, then ONNX Runtime."""
+    import subprocess
+
+    library, data = os.path.join(TMP, "model.so"), os.path.join(TMP, "x.npy")
+    executable.export_library(library)
+    np.save(data, x)
+    env = dict(os.environ, TVM_NUM_THREADS=str(threads))
+    peaks = []
+    for runtime, model_path in (("accel", library), ("onnxruntime", path_onnx)):
+        out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPTS[runtime], model_path, data, str(threads)],
+                             env=env, capture_output=True, text=True, check=True)
+        peaks.append(tuple(float(v) for v in out.stdout.split()[-2:]))
+    return peaks[0], peaks[1]
+
+
 def markdown(rows: list[dict], header: str) -> str:
     names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
     lines = [header, "", "| model | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names[1:])
-             + " | accel compile s | max rel error |", "|---" * (2 * len(names) + 2) + "|"]
+             + " | accel compile s | peak MB accel / ORT (above import) | max rel error |", "|---" * (2 * len(names) + 3) + "|"]
     for r in rows:
         times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
         ratios = " | ".join(f"{r[n] / r['accel']:.2f}x" if n in r else "" for n in names[1:])
-        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {r['max rel error']:.1e} |")
-    lines += ["", "'vs X' = X's median time / accel's (above 1: accel is faster)."]
+        (accel_peak, accel_model), (ort_peak, ort_model) = r["accel peak MB"], r["ONNX Runtime peak MB"]
+        memory = f"{accel_peak:.0f} / {ort_peak:.0f} ({accel_model:.0f} / {ort_model:.0f})"
+        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {memory} | {r['max rel error']:.1e} |")
+    lines += ["", "'vs X' = X's median time / accel's (above 1: accel is faster). Peak MB: peak resident memory of a",
+              "fresh process that loads the model (accel: the exported library) and runs it 5 times; in brackets, above",
+              "the process's memory right after importing its runtime (importing TVM alone takes ~390 MB, ONNX Runtime ~45 MB)."]
     return "\n".join(lines) + "\n"
 
 
