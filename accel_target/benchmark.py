@@ -68,6 +68,9 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         raise ValueError(f"unknown contender(s) {unknown}; supported: {', '.join(CONTENDERS)}")
+    symbolic = [i["name"] for i in inputs if i["shape"] is None]
+    if symbolic:
+        raise ValueError(f"inputs {symbolic} have symbolic shapes; bench needs a model with static input shapes")
     threads = int(tvm.get_global_func("runtime.NumThreads")())
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in inputs]

@@ -168,13 +168,21 @@ def cmd_demo(args) -> int:  # pylint: disable=unused-argument
     return demo.run()
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accel-tvm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def command(name, handler, help_text):
+    def command(name, handler, help_text, json_output=True):
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        if json_output:
+            sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
         sub.add_argument("--threads", type=int, help="threads for every runtime (default: every core)")
         sub.set_defaults(handler=handler)
@@ -210,9 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
     sub.add_argument("--db", required=True, help="JSON tuning database to create or extend")
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
-    sub.add_argument("--limit", type=int, help="at most this many candidates per shape")
+    sub.add_argument("--limit", type=_positive, help="at most this many candidates per shape (default: all)")
 
-    command("demo", cmd_demo, "compile a bundled model for accel, check it, report, compare with stock TVM")
+    command("demo", cmd_demo, "compile a bundled model for accel, check it, report, compare with stock TVM", json_output=False)
     return parser
 
 

@@ -8,6 +8,11 @@ import tvm
 from tvm import relax
 
 
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 class UnsupportedModelError(ValueError):
     """The model uses something the importer cannot translate (named in the message)."""
 
@@ -32,8 +37,7 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
             program = torch.export.export(model, tuple(example_inputs))
         mod = from_exported_program(program, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {first_line}") from err
+        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {_first_line(err)}") from err
     if not keep_params_as_input:
         return mod
     mod, params = relax.frontend.detach_params(mod)
@@ -52,11 +56,11 @@ def from_exported_program_file(path) -> tvm.IRModule:
     try:
         program = torch.export.load(path)
     except Exception as err:  # zip/pickle/version errors
-        raise ValueError(f"accel: {path!r} is not a saved torch.export program ({str(err).splitlines()[0]})") from err
+        raise ValueError(f"accel: {path!r} is not a saved torch.export program ({_first_line(err)})") from err
     try:
         return from_exported_program(program, unwrap_unit_return_tuple=True)
     except Exception as err:  # the importer raises many types; keep the cause
-        raise UnsupportedModelError(f"accel: cannot import {path!r}: {str(err).strip().splitlines()[0]}") from err
+        raise UnsupportedModelError(f"accel: cannot import {path!r}: {_first_line(err)}") from err
 
 
 MODEL_SUFFIXES = {".onnx": "ONNX", ".pt2": "torch.export program"}
@@ -91,7 +95,7 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
-        raise ValueError(f"accel: the ONNX model is malformed: {str(err).splitlines()[0]}") from err
+        raise ValueError(f"accel: the ONNX model is malformed: {_first_line(err)}") from err
     try:
         return tvm_from_onnx(model, shape_dict)
     except tvm.error.OpNotImplemented as err:

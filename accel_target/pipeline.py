@@ -21,6 +21,7 @@ from tvm.relax.backend import cpu_generic
 import strategy.conv2d
 import topi_accel
 from strategy import recording, strict as strict_mode
+from strategy.registry import is_strict, record, suspended
 
 from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
 from .transforms import FastMath, FoldConstantNumpy, SimplifyLayouts, convert_input_layout
@@ -112,7 +113,9 @@ def get_pipeline() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="AccelPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         target = tvm.target.Target.current()
-        return _sequential(graph_passes() + legalize_passes() + lowering_passes(target))(mod)
+        with suspended():  # FoldConstant legalizes every call: no accel kernels for that
+            mod = _sequential(graph_passes())(mod)
+        return _sequential(legalize_passes() + lowering_passes(target))(mod)
 
     return _pipeline
 
@@ -124,7 +127,8 @@ def register() -> None:
 
 def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
     if not isinstance(mod, tvm.IRModule) or "main" not in [g.name_hint for g in mod.functions]:
-        raise TypeError(f"accel: expected an IRModule with a Relax function 'main', got {type(mod).__name__}")
+        what = type(mod).__name__ if not isinstance(mod, tvm.IRModule) else "an IRModule without 'main'"
+        raise TypeError(f"accel: expected an IRModule with a Relax function 'main', got {what}")
     if params:
         names = {p.name for p in mod["main"].params}
         unknown = sorted(set(params) - names)
@@ -138,7 +142,7 @@ def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
     return convert_input_layout(mod, input_layout)
 
 
-def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False, tuning_db=None) -> tvm.IRModule:
+def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None) -> tvm.IRModule:
     """`mod` after the accel pipeline up to kernels: every op a call_tir to a named PrimFunc.
 
     Same arguments as `build`; for inspection (``.script()``) and for `report`.
@@ -147,17 +151,20 @@ def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=Non
 
 
 def _graph(mod, params, target, input_layout) -> tvm.IRModule:
-    with target:
+    with target, suspended():  # FoldConstant legalizes every call: no accel kernels for that
         return _sequential(graph_passes())(_prepare(mod, params, input_layout))
 
 
-def _optimize(mod, params, target, input_layout, strict, tuning_db=None):
+def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
     target = tvm.target.Target(target)
     graph = _graph(mod, params, target, input_layout)
     rows = op_rows(graph)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
+    strict = is_strict() if strict is None else strict  # None: as the enclosing strict() block says
     with target, topi_accel.tuning.using(db), strict_mode(strict), recording() as decisions:
         lowered = _sequential(legalize_passes())(graph)
+    for decision in decisions:  # an enclosing recording() block sees them too
+        record(decision)
     return lowered, Report.from_rows(rows, decisions, target.keys)
 
 
@@ -189,7 +196,7 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
     return database
 
 
-def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=False, tuning_db=None) -> relax.VMExecutable:
+def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None) -> relax.VMExecutable:
     """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
 
     mod: IRModule with a Relax `main` (e.g. from `from_torch` / `from_onnx`).
@@ -197,7 +204,8 @@ def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, 
         ``keep_params_as_input=True``); a module whose weights are constants needs none.
     input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
         input channels-last (a PyTorch channels_last tensor's memory as is).
-    strict: raise StrictModeError instead of falling back to TVM's kernel.
+    strict: raise StrictModeError instead of falling back to TVM's kernel (None: as
+        an enclosing ``with accel_target.strict():`` says, else False).
     tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
 
     Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
@@ -214,9 +222,9 @@ def report(executable_or_module) -> Report:
     """Which kernel every op got, and the layout transforms left at run time.
 
     executable_or_module: an executable from `build` (full per-op report); a
-    Relax module, which goes through `optimize` first (target "accel"); or an
-    executable built another way (``tvm.compile(..., relax_pipeline="accel")``,
-    a loaded library), whose report lists the kernels it calls.
+    Relax module, which goes through `optimize` first (target "accel"); or a
+    VMExecutable built another way (``tvm.compile(..., relax_pipeline="accel")``),
+    whose report lists the kernels it calls.
     """
     if isinstance(executable_or_module, relax.VMExecutable):
         kernels = runtime_kernels(executable_or_module)
@@ -229,6 +237,6 @@ def report(executable_or_module) -> Report:
             stored = Report(rows)
         return stored.with_kernels(kernels)
     if isinstance(executable_or_module, tvm.IRModule):
-        lowered, rep = _optimize(executable_or_module, None, "accel", None, False)
+        lowered, rep = _optimize(executable_or_module, None, "accel", None)
         return rep.with_kernels(module_kernels(lowered))
     raise TypeError(f"accel report: expected a VMExecutable or an IRModule, got {type(executable_or_module).__name__}")

@@ -17,11 +17,12 @@ import tvm
 from tvm import relax
 
 import strategy
+import topi_accel
 from strategy import Decision
 from strategy.dispatch import describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
 
-ACCEL_KERNELS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
+ACCEL_KERNELS = topi_accel.epilogue.OUTPUT_BLOCKS  # each compute's kernel is named after it
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 _CALL = re.compile(r"^\s*call\s+(\S+)\s+in:\s*(.*?)\s+dst:")
 _LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout", "layout")
@@ -117,14 +118,15 @@ class Report:
         pending = list(decisions)
         out = []
         for op, inputs, layouts in rows:
-            if op in covered:
-                d = pending.pop(0)
-                if d.op != op:
-                    raise RuntimeError(f"accel report: decision for {d.op} does not match the graph's {op}")
-                kind = "fallback" if d.fallback else "accel"
-                out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
-            else:
+            # the next decision for this op and these inputs (calls outside main's top level,
+            # in branches or other functions, have decisions but no row: skip them)
+            d = next((d for d in pending if d.op == op and d.inputs == inputs), None) if op in covered else None
+            if d is None:
                 out.append(OpRow(op, inputs, layouts, "tvm", "TVM", ""))
+                continue
+            pending = pending[pending.index(d) + 1:]
+            kind = "fallback" if d.fallback else "accel"
+            out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
         return Report(tuple(out))
 
     def with_kernels(self, kernels: KernelCounts) -> "Report":
@@ -190,11 +192,3 @@ def op_rows(mod: tvm.IRModule, function: str = "main") -> list[tuple[str, tuple[
                 else:
                     rows.append((value.op.name, describe_inputs(value), _layouts(value)))
     return rows
-
-
-def format_table(decisions: Sequence[Decision]) -> str:
-    """Strategy decisions as a text table: op, inputs, kernel chosen or fallback and why."""
-    table = [("op", "inputs", "kernel")]
-    for d in decisions:
-        table.append((d.op, " ".join(d.inputs), d.implementation or f"TVM fallback: {d.reason}"))
-    return _format(table)

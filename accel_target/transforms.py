@@ -123,7 +123,8 @@ class _LayoutSimplifier(PyExprMutator):
         if weight.ty.ndim != 2:
             return None
         new = self.builder_.normalize(relax.op.matmul(call.args[0], weight, out_dtype=call.attrs.out_dtype))
-        return new if static_shape(new) == static_shape(call) else None
+        shape = static_shape(call)
+        return new if shape is not None and static_shape(new) == shape else None
 
     def _binding(self, expr):
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
@@ -177,7 +178,7 @@ SUPPORTED_INPUT_LAYOUTS = ("NCHW", "NHWC")
 
 
 def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = "main") -> tvm.IRModule:
-    """`mod` whose `function` takes every 4-D NCHW input in `layout` instead.
+    """`mod` whose `function` takes every 4-D input (an NCHW image) in `layout` instead.
 
     The body starts by permuting the new input back to NCHW; after
     ConvertLayout that permute cancels against the one in front of the first
@@ -189,10 +190,12 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
         raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}")
     func = mod[function]
     perm_to_nchw = [layout.index(a) for a in "NCHW"]
+    # weights imported as parameters (keep_params_as_input) follow the first num_input inputs
+    num_inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else len(func.params)
     new_params, bindings = [], []
-    for param in func.params:
+    for i, param in enumerate(func.params):
         shape = static_shape(param) if isinstance(param.ty, relax.TensorType) else None
-        if shape is None or len(shape) != 4:
+        if shape is None or len(shape) != 4 or i >= num_inputs:
             new_params.append(param)
             continue
         new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape["NCHW".index(a)] for a in layout], param.ty.dtype))

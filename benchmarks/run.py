@@ -1,6 +1,6 @@
 """Every benchmark in one command: the kernel tables (pytest-benchmark) and the whole models.
 
-    python benchmarks/run.py [--no-stock-tvm]
+    python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
 Writes benchmarks/results/{kernels,models}.{md,png}; ACCEL_BENCH_THREADS sets the
 thread count for every contender (default: every core).

@@ -16,6 +16,7 @@ from .registry import (
     register,
     select,
     strict,
+    suspended,
 )
 
 
@@ -38,4 +39,5 @@ __all__ = [
     "register",
     "select",
     "strict",
+    "suspended",
 ]

@@ -7,7 +7,7 @@ from tvm import relax
 import topi_accel
 
 from .dispatch import kernel_call
-from .layout import is_permutation, pack_weight, static_shape, to_layout
+from .layout import dtype_reason, is_permutation, pack_weight, static_shape, to_layout
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
@@ -24,11 +24,9 @@ def conv2d_condition(call: relax.Call) -> str | None:
     ):
         if not is_permutation(str(layout), axes):
             return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
-    dtypes = {str(data.ty.dtype), str(kernel.ty.dtype)}
-    if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void"):
-        dtypes.add(str(attrs.out_dtype))
-    if not dtypes <= set(SUPPORTED_DTYPES):
-        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
+    reason = dtype_reason(call, SUPPORTED_DTYPES)
+    if reason is not None:
+        return reason
     if static_shape(data) is None or static_shape(kernel) is None:
         return "symbolic shapes are not supported"
     return None

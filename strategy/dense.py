@@ -15,7 +15,7 @@ from tvm import relax, topi
 import topi_accel
 
 from .dispatch import kernel_call
-from .layout import pack_weight, static_shape
+from .layout import dtype_reason, pack_weight, static_shape
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.dense.SUPPORTED_DTYPES
@@ -29,7 +29,7 @@ def dense_condition(call: relax.Call) -> str | None:
         return "symbolic shapes are not supported"
     if len(weight_shape) != 2:
         return f"right operand has rank {len(weight_shape)}; dense_kn needs a 2-D [in, out] weight"
-    return _dtype_reason(call)
+    return dtype_reason(call, SUPPORTED_DTYPES)
 
 
 def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.Expr:
@@ -73,16 +73,7 @@ def batch_matmul_condition(call: relax.Call) -> str | None:
         return f"right operand has rank {len(b_shape)}; batch_matmul_kn needs a batch of matrices"
     if a_shape[:-2] != b_shape[:-2]:
         return f"batch axes {a_shape[:-2]} and {b_shape[:-2]} differ (broadcasting is not supported)"
-    return _dtype_reason(call)
-
-
-def _dtype_reason(call: relax.Call) -> str | None:
-    dtypes = {str(arg.ty.dtype) for arg in call.args}
-    if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "void"):
-        dtypes.add(str(call.attrs.out_dtype))
-    if not dtypes <= set(SUPPORTED_DTYPES):
-        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})"
-    return None
+    return dtype_reason(call, SUPPORTED_DTYPES)
 
 
 @register("relax.matmul", "batch_matmul_kn.accel", condition=batch_matmul_condition)

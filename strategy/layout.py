@@ -2,7 +2,7 @@
 
 Activations change layout through a visible "transpose" kernel; weights are
 packed with the kernel's IndexMap — at compile time when they are constants,
-through a visible "te_layout_transform" kernel when they arrive at run time.
+through a visible "weight_layout_transform" kernel when they arrive at run time.
 """
 
 from __future__ import annotations
@@ -110,3 +110,14 @@ def map_array(index_map: IndexMap, array: np.ndarray) -> np.ndarray:
     out = np.zeros([int(d) for d in index_map.map_shape(list(array.shape))], array.dtype)
     out[targets] = array
     return out
+
+
+def dtype_reason(call: relax.Call, supported) -> str | None:
+    """None when the call's operand and output dtypes are all `supported`, else why not."""
+    dtypes = {str(arg.ty.dtype) for arg in call.args if isinstance(arg.ty, relax.TensorType)}
+    out_dtype = getattr(call.attrs, "out_dtype", None)
+    if out_dtype is not None and str(out_dtype) not in ("", "void"):
+        dtypes.add(str(out_dtype))
+    if not dtypes <= set(supported):
+        return f"dtype {'/'.join(sorted(dtypes))} is not supported (supported: {', '.join(supported)})"
+    return None

@@ -56,6 +56,7 @@ class StrictModeError(RuntimeError):
 
 _IMPLEMENTATIONS: dict[str, list[Implementation]] = {}
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_strict", default=False)
+_SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_suspended", default=False)
 _LOG: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_decisions", default=None)
 
 
@@ -110,6 +111,22 @@ def strict(enabled: bool = True) -> Iterator[None]:
 
 def is_strict() -> bool:
     return _STRICT.get()
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within this block the dispatcher hands every call to TVM's legalization, records
+    nothing and builds no kernel: for passes that legalize only to evaluate, such as
+    FoldConstant (it legalizes every call it visits, constant or not)."""
+    token = _SUSPENDED.set(True)
+    try:
+        yield
+    finally:
+        _SUSPENDED.reset(token)
+
+
+def is_suspended() -> bool:
+    return _SUSPENDED.get()
 
 
 @contextlib.contextmanager

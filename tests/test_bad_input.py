@@ -76,3 +76,12 @@ def test_bad_model_through_compile(make, words):
         tvm.compile(make(), target="accel")
     for word in words:
         assert word in str(err.value)
+
+
+def test_grouped_conv_with_padding_channel_block_is_rejected():
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv2d_geometry((1, 8, 8, 24), (24, 3, 3, 1), 1, 1, groups=24)
+    cfg = topi_accel.Conv2DConfig(oc_block=16, ow_block=4, lanes=16)  # 16 does not divide 24
+    data = tvm.te.placeholder((1, 8, 8, 24))
+    with pytest.raises(ValueError, match="oc_block=16 must divide out_channels=24 when groups=24"):
+        topi_accel.conv2d_nhwc_ohwi(data, tvm.te.placeholder((2, 3, 3, 1, 16)), geo, cfg)

@@ -8,7 +8,7 @@ import tvm
 
 import accel_target
 from accel_target import demo
-from accel_target.report import format_table, runtime_kernels
+from accel_target.report import runtime_kernels
 from tests.helpers import conv2d_module, rand
 
 
@@ -21,16 +21,6 @@ def test_runtime_kernels_counts_transforms_by_kind():
     ]
     const_w = runtime_kernels(tvm.compile(conv2d_module(x, w, True), target="accel"))
     assert const_w.weight_transforms == 0 and const_w.activation_transforms == 2
-
-
-def test_format_table_names_kernel_or_fallback_reason():
-    decisions = [
-        accel_target.Decision("relax.matmul", "dense_kn.accel", "", ("float32[2, 3]", "float32[3, 4]")),
-        accel_target.Decision("relax.nn.conv2d", None, "dtype int8 is not supported", ("int8[1, 3, 8, 8]",)),
-    ]
-    lines = format_table(decisions).splitlines()
-    assert lines[2].split() == ["relax.matmul", "float32[2,", "3]", "float32[3,", "4]", "dense_kn.accel"]
-    assert lines[3].endswith("TVM fallback: dtype int8 is not supported")
 
 
 def test_demo_checks_output_and_reports():

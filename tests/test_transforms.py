@@ -125,3 +125,25 @@ def torch_gelu(a):
     import torch
 
     return torch.nn.functional.gelu(torch.from_numpy(a)).numpy()
+
+
+def test_convert_input_layout_leaves_weight_parameters_alone():
+    x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
+    mod = single_op_module(lambda x, w: relax.op.nn.conv2d(x, w), {"x": x, "w": w}, {})
+    mod["main"] = mod["main"].with_attr("num_input", 1)
+    converted = convert_input_layout(mod, "NHWC")
+    shapes = [[int(d) for d in p.ty.shape] for p in converted["main"].params]
+    assert shapes == [[1, 6, 6, 3], [4, 3, 3, 3]]
+
+
+def test_parallelize_splits_reductions_over_rows():
+    from tvm import te, topi
+
+    import topi_accel
+
+    x, g, b = te.placeholder((1, 128, 768)), te.placeholder((768,)), te.placeholder((768,))
+    func = topi_accel.parallelize(te.create_prim_func([x, g, b, topi.nn.layer_norm(x, g, b, axis=[-1])]))
+    assert "T.parallel(128)" in func.script()
+    x = te.placeholder((1, 7, 7, 2048))
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.adaptive_pool(x, (1, 1), "avg", layout="NHWC")]))
+    assert "T.parallel(2048)" in func.script()

@@ -197,6 +197,10 @@ def conv2d_nhwc_ohwi(
     padded tile grid; the schedule keeps it in registers.
     """
     ob, owb = cfg.oc_block, cfg.ow_block
+    if geo.groups > 1 and geo.out_c % ob:  # padded channels would read past the input's groups
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: oc_block={ob} must divide out_channels={geo.out_c} when groups={geo.groups} > 1"
+        )
     o_pad, ow_pad = packed_out_channels(geo, cfg), round_up(geo.out_w, owb)
     expected = (o_pad // ob, geo.kh, geo.kw, geo.in_c // geo.groups, ob)
     if tuple(int(v) for v in packed_kernel.shape) != expected:
@@ -347,7 +351,7 @@ def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5,
 
     rng = np.random.default_rng(0)
     data = rng.standard_normal((geo.batch, geo.in_h, geo.in_w, geo.in_c)).astype("float32")
-    candidates = conv2d_candidates(geo, target)[:limit]
+    candidates = conv2d_candidates(geo, target)[: max(limit, 1) if limit is not None else None]
 
     dev = tvm.cpu()
     data_t = tvm.runtime.tensor(data)

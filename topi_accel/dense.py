@@ -98,7 +98,7 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense_kn")
 
 
-def schedule_dense_kn(func: tirx.PrimFunc, m: int, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
+def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
     """Schedule a PrimFunc made from `dense_kn` (blocks found by name)."""
     return _schedule_matmul(func, "dense_kn", n, cfg)
 
@@ -138,7 +138,7 @@ def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = Fa
     bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
     out = dense_kn(data, weight, n, cfg, bias)
     args = [data, weight] + ([bias] if with_bias else []) + [out]
-    return schedule_dense_kn(te.create_prim_func(args, index_dtype_override="int64"), m, n, cfg)
+    return schedule_dense_kn(te.create_prim_func(args, index_dtype_override="int64"), n, cfg)
 
 
 def batch_matmul_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:

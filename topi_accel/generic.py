@@ -14,6 +14,8 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 
 # below this many iterations of work a parallel region costs more than it saves
 MIN_PARALLEL_WORK = 4096
+# an innermost loop at least this long stays serial, for LLVM to vectorize
+VECTOR_RUN = 16
 
 
 def _spatial_prefix(sch: s_tir.Schedule, block) -> list:
@@ -47,12 +49,19 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         loops = _spatial_prefix(sch, block)
         if not loops:
             continue
-        extents = [sch.get(loop).extent for loop in sch.get_loops(block)]
-        if not all(isinstance(e, tirx.IntImm) for e in extents) or math.prod(int(e) for e in extents) < MIN_PARALLEL_WORK:
+        extents = [sch.get(loop).extent for loop in loops]
+        if not all(isinstance(e, tirx.IntImm) for e in extents):
+            continue
+        extents = [int(e) for e in extents]
+        reduces = len(loops) < len(sch.get_loops(block))
+        # an elementwise block keeps a long innermost run out of the parallel loop (LLVM
+        # vectorizes it); a reduction parallelizes all its spatial loops
+        keep = 1 if not reduces and len(loops) > 1 and extents[-1] >= VECTOR_RUN else 0
+        outer = loops[: len(loops) - keep]
+        work = math.prod(int(sch.get(loop).extent) for loop in sch.get_loops(block))
+        if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:
             continue
         try:
-            # keep the innermost loop out of the parallel region when it is a long contiguous run
-            outer = loops if len(loops) == 1 else loops[:-1]
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
             changed = True
         except ScheduleError:

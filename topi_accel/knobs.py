@@ -36,9 +36,11 @@ def vector_bits(target: tvm.target.Target) -> int:
 
 
 def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
-    """Derive the knobs from `target` (default: the current target, else the host)."""
+    """Derive the knobs from `target` (default: the current target)."""
     target = target or tvm.target.Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm":
+    if target is None:
+        raise ValueError("topi_accel: no target given and none in scope; pass one or use `with Target(...)`")
+    if target.kind.name != "llvm":
         raise ValueError(f"topi_accel: target {target} is not an LLVM CPU target; the accel kernels need one")
     bits = vector_bits(target)
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.

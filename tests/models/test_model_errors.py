@@ -96,3 +96,21 @@ def test_unexportable_torch_model_gives_clear_error():
 
     with pytest.raises(UnsupportedModelError, match="cannot import DataDependent: Take op requires"):
         accel_target.from_torch(DataDependent(), (torch.randn(4),))
+
+
+def _broadcast_batch_matmul():
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType([2, 4, 8], "float32"))
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(a, relax.const(np.ones((1, 8, 5), "float32"))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_build_follows_enclosing_strict_and_recording_blocks():
+    with accel_target.strict(), pytest.raises(accel_target.StrictModeError):
+        accel_target.build(_broadcast_batch_matmul())
+    with accel_target.recording() as log:
+        accel_target.build(_broadcast_batch_matmul())
+    assert len(log) == 1 and log[0].fallback
