@@ -100,44 +100,37 @@ def select(call: relax.Call, target_keys) -> tuple[Implementation | None, list[t
 
 
 @contextlib.contextmanager
-def strict(enabled: bool = True) -> Iterator[None]:
-    """Within this block, a fallback to TVM's kernel raises StrictModeError."""
-    token = _STRICT.set(enabled)
+def _setting(var: contextvars.ContextVar, value) -> Iterator:
+    token = var.set(value)
     try:
-        yield
+        yield value
     finally:
-        _STRICT.reset(token)
+        var.reset(token)
+
+
+def strict(enabled: bool = True):
+    """Within this block (``with strict():``), a fallback to TVM's kernel raises StrictModeError."""
+    return _setting(_STRICT, enabled)
 
 
 def is_strict() -> bool:
     return _STRICT.get()
 
 
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
+def suspended():
     """Within this block the dispatcher hands every call to TVM's legalization, records
     nothing and builds no kernel: for passes that legalize only to evaluate, such as
     FoldConstant (it legalizes every call it visits, constant or not)."""
-    token = _SUSPENDED.set(True)
-    try:
-        yield
-    finally:
-        _SUSPENDED.reset(token)
+    return _setting(_SUSPENDED, True)
 
 
 def is_suspended() -> bool:
     return _SUSPENDED.get()
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[list[Decision]]:
-    """Collect the Decision of every dispatched call made within this block."""
-    log: list[Decision] = []
-    token = _LOG.set(log)
-    try:
-        yield log
-    finally:
-        _LOG.reset(token)
+def recording():
+    """``with recording() as log:`` collects the Decision of every call dispatched in the block."""
+    return _setting(_LOG, [])
 
 
 def record(decision: Decision) -> None:
