@@ -15,6 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .benchmark import median_ms
 from .frontend import from_torch
 from .pipeline import build, report
 
@@ -53,17 +54,6 @@ def _time_ms(vm: relax.VirtualMachine, args, number: int) -> float:
     return vm.time_evaluator("main", tvm.cpu(), number=number, repeat=3)(*args).median * 1e3
 
 
-def _torch_ms(model, x, number: int = 20) -> float:
-    import torch  # pylint: disable=import-outside-toplevel
-
-    with torch.inference_mode():
-        model(x)
-        start = time.perf_counter()
-        for _ in range(number):
-            model(x)
-    return (time.perf_counter() - start) / number * 1e3
-
-
 def run(out=sys.stdout) -> int:
     """Run the demo, print to `out`; return a process exit code (0 when the output matches)."""
     import torch  # pylint: disable=import-outside-toplevel
@@ -86,7 +76,9 @@ def run(out=sys.stdout) -> int:
     threads = tvm.get_global_func("runtime.NumThreads")()
     torch.set_num_threads(threads)  # same thread count for every contender
     stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    t_accel, t_stock, t_torch = _time_ms(vm, args, 20), _time_ms(stock, args, 1), _torch_ms(model, x)
+    with torch.inference_mode():
+        t_torch = median_ms(lambda: model(x), 20)
+    t_accel, t_stock = _time_ms(vm, args, 20), _time_ms(stock, args, 1)
     print(f"speed, {threads} threads each: "
           f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
           f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)", file=out)

@@ -23,13 +23,22 @@ import topi_accel
 from strategy import recording, strict as strict_mode
 from strategy.registry import is_strict, record, suspended
 
-from .report import ACCEL_KERNELS, OpRow, Report, module_kernels, op_rows, runtime_kernels
+from .report import OpRow, Report, is_accel_kernel, module_kernels, op_rows, runtime_kernels
 from .transforms import FastMath, FoldConstantNumpy, SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
 # their FRelaxInferLayout (ConvertLayout refuses a desired layout for them).
 DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+
+
+def _calls(mod: tvm.IRModule, ops) -> list[relax.Call]:
+    """The calls in main of any op named in `ops`."""
+    found = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None
+    )
+    return found
 
 
 @tvm.transform.module_pass(opt_level=0, name="AccelConvertLayout")
@@ -39,11 +48,7 @@ def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     (In TVM 0.27 ConvertLayout dies with std::bad_alloc on some transformer
     graphs that have no convolution at all.)
     """
-    found = []
-    relax.analysis.post_order_visit(
-        mod["main"], lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in DESIRED_LAYOUTS else None
-    )
-    return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod) if found else mod
+    return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod) if _calls(mod, DESIRED_LAYOUTS) else mod
 
 
 def fold_constants() -> list[tvm.transform.Pass]:
@@ -113,9 +118,7 @@ def get_pipeline() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="AccelPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         target = tvm.target.Target.current()
-        with suspended():  # FoldConstant legalizes every call: no accel kernels for that
-            mod = _sequential(graph_passes())(mod)
-        return _sequential(legalize_passes() + lowering_passes(target))(mod)
+        return _sequential(legalize_passes() + lowering_passes(target))(_run_graph_passes(mod))
 
     return _pipeline
 
@@ -150,9 +153,14 @@ def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=Non
     return _optimize(mod, params, target, input_layout, strict, tuning_db)[0]
 
 
+def _run_graph_passes(mod: tvm.IRModule) -> tvm.IRModule:
+    with suspended():  # FoldConstant legalizes every call: no accel kernels for that
+        return _sequential(graph_passes())(mod)
+
+
 def _graph(mod, params, target, input_layout) -> tvm.IRModule:
-    with target, suspended():  # FoldConstant legalizes every call: no accel kernels for that
-        return _sequential(graph_passes())(_prepare(mod, params, input_layout))
+    with target:
+        return _run_graph_passes(_prepare(mod, params, input_layout))
 
 
 def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
@@ -178,10 +186,7 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
     target = tvm.target.Target(target)
     graph = _graph(mod, params, target, input_layout)
     database = topi_accel.tuning.TuningDB(db)
-    calls = []
-    relax.analysis.post_order_visit(
-        graph["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None
-    )
+    calls = _calls(graph, ("relax.nn.conv2d",))
     with target:
         geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in calls if strategy.conv2d.conv2d_condition(c) is None)
         for i, geo in enumerate(geometries, 1):
@@ -231,7 +236,7 @@ def report(executable_or_module) -> Report:
         stored = getattr(executable_or_module, "accel_report", None)
         if stored is None:
             rows = tuple(
-                OpRow("kernel", (), "", "accel" if any(k in name for k in ACCEL_KERNELS) else "tvm", name)
+                OpRow("kernel", (), "", "accel" if is_accel_kernel(name) else "tvm", name)
                 for name in kernels.calls
             )
             stored = Report(rows)

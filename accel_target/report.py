@@ -42,6 +42,11 @@ class KernelCounts:
         return self.activation_transforms + self.weight_transforms
 
 
+def is_accel_kernel(name: str) -> bool:
+    """Whether a kernel name is an accel compute's (fused_conv2d_nhwc_ohwi3_add_relu too)."""
+    return any(k in name for k in ACCEL_KERNELS)
+
+
 def _classify(calls: Sequence[tuple[str, bool]]) -> KernelCounts:
     """Count (kernel name, all inputs are constants) pairs.
 
@@ -51,7 +56,7 @@ def _classify(calls: Sequence[tuple[str, bool]]) -> KernelCounts:
     """
     accel = activations = weights = 0
     for name, const_input in calls:
-        if any(k in name for k in ACCEL_KERNELS):  # fused_conv2d_nhwc_ohwi3_add_relu too
+        if is_accel_kernel(name):
             accel += 1
         # a transform fused into another kernel keeps its name there, and still counts
         if any(t in name for t in TRANSFORM_KERNELS):

@@ -50,6 +50,11 @@ def _rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
+def _bound(mutator: PyExprMutator, expr):
+    """What a variable is bound to in `mutator`'s builder (None for a non-variable)."""
+    return mutator.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+
+
 def _op_name(expr) -> str | None:
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
         return expr.op.name
@@ -78,9 +83,9 @@ class _LayoutSimplifier(PyExprMutator):
             return self._clip(call)
         if name == BROADCAST and static_shape(call.args[0]) == static_shape(call):
             return call.args[0]
-        if name in UNARY_ELEMENTWISE and _op_name(self._binding(call.args[0])) == RESHAPE and static_shape(call):
-            source = self._binding(call.args[0]).args[0]
-            inner = self.builder_.emit(relax.Call(call.op, [source], call.attrs, call.ty_args))
+        reshape = _bound(self, call.args[0]) if name in UNARY_ELEMENTWISE else None
+        if _op_name(reshape) == RESHAPE and static_shape(call):
+            inner = self.builder_.emit(relax.Call(call.op, [reshape.args[0]], call.attrs, call.ty_args))
             return relax.op.reshape(inner, static_shape(call))
         rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._absorb_pad,)}
         for rewrite in rewrites.get(name, ()):
@@ -97,7 +102,7 @@ class _LayoutSimplifier(PyExprMutator):
 
     def _absorb_pad(self, call: relax.Call) -> relax.Expr | None:
         """conv2d(pad(x, zeros on H and W only), w) -> conv2d(x, w) with the padding added."""
-        pad = self._binding(call.args[0])
+        pad = _bound(self, call.args[0])
         if _op_name(pad) != PAD or str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0:
             return None
         widths = [int(v) for v in pad.attrs.pad_width]
@@ -116,7 +121,7 @@ class _LayoutSimplifier(PyExprMutator):
 
     def _unbroadcast_weight(self, call: relax.Call) -> relax.Expr | None:
         """matmul(x, broadcast_to(w, [B, K, N])) -> matmul(x, w) when the result is the same."""
-        source = self._binding(call.args[1])
+        source = _bound(self, call.args[1])
         if _op_name(source) != BROADCAST:
             return None
         weight = source.args[0]
@@ -126,11 +131,8 @@ class _LayoutSimplifier(PyExprMutator):
         shape = static_shape(call)
         return new if shape is not None and static_shape(new) == shape else None
 
-    def _binding(self, expr):
-        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-
     def _permute(self, data: relax.Expr, axes: list[int]) -> relax.Expr:
-        inner = self._binding(data)
+        inner = _bound(self, data)
         if _op_name(inner) == PERMUTE:  # permute of a permute: one permute
             inner_axes = _axes(inner)
             data, axes = inner.args[0], [inner_axes[a] for a in axes]
@@ -145,11 +147,11 @@ class _LayoutSimplifier(PyExprMutator):
         """matmul(reshape(permute_dims(x, p), [N, -1]), W) -> matmul(reshape(x, [N, -1]), W')."""
         flat, weight = call.args
         if isinstance(weight, relax.Var):
-            weight = self._binding(weight)
-        reshape = self._binding(flat)
+            weight = _bound(self, weight)
+        reshape = _bound(self, flat)
         if _op_name(reshape) != RESHAPE or not isinstance(weight, tvm.ir.expr.Constant):
             return None
-        permute = self._binding(reshape.args[0])
+        permute = _bound(self, reshape.args[0])
         if _op_name(permute) != PERMUTE:
             return None
         x, axes = permute.args[0], _axes(permute)
@@ -236,10 +238,6 @@ _SHAPE_OPS = {
 
 @mutator
 class _NumpyFolder(PyExprMutator):
-    def _constant(self, expr):
-        """`expr`, or the constant a variable is bound to."""
-        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
-
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
@@ -247,7 +245,7 @@ class _NumpyFolder(PyExprMutator):
             return call
         if not isinstance(call.ty, relax.TensorType) or static_shape(call) is None:
             return call
-        operands = [self._constant(a) for a in call.args if not isinstance(a, relax.ShapeExpr)]
+        operands = [_bound(self, a) if isinstance(a, relax.Var) else a for a in call.args if not isinstance(a, relax.ShapeExpr)]
         if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
             return call
         arrays = [constant_array(a) for a in operands]
