@@ -24,7 +24,7 @@ from strategy import recording, strict as strict_mode
 from strategy.registry import is_strict, record, suspended
 
 from .report import OpRow, Report, is_accel_kernel, module_kernels, op_rows, runtime_kernels
-from .transforms import FastMath, FoldConstantNumpy, SimplifyLayouts, convert_input_layout
+from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -43,12 +43,15 @@ def _calls(mod: tvm.IRModule, ops) -> list[relax.Call]:
 
 @tvm.transform.module_pass(opt_level=0, name="AccelConvertLayout")
 def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """ConvertLayout to DESIRED_LAYOUTS, skipped for a module without such ops.
+    """ConvertLayout to DESIRED_LAYOUTS (zero pads carried through as convs, see
+    PadAsConv), skipped for a module without such ops.
 
     (In TVM 0.27 ConvertLayout dies with std::bad_alloc on some transformer
     graphs that have no convolution at all.)
     """
-    return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(mod) if _calls(mod, DESIRED_LAYOUTS) else mod
+    if not _calls(mod, DESIRED_LAYOUTS):
+        return mod
+    return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(PadAsConv()(mod))
 
 
 def fold_constants() -> list[tvm.transform.Pass]:

@@ -9,11 +9,14 @@
 - ops ConvertLayout cannot see through (no FRelaxInferLayout in TVM 0.27)
   into ones it can: clip into maximum/minimum, a zero pad of the spatial axes
   into the padding of the conv2d that consumes it;
+- a depthwise 1x1 conv2d with unit weights, stride and dilation into the zero
+  pad it is (see `PadAsConv`, which creates them around ConvertLayout);
 - broadcast_to that changes nothing, and a matmul weight broadcast over the
   batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight;
 - an elementwise activation of a reshape into the reshape of the activation,
   so that it follows the dense kernel directly and becomes its epilogue.
 
+`PadAsConv` carries the other spatial zero pads through ConvertLayout.
 `convert_input_layout` gives main channels-last image inputs.
 """
 
@@ -55,6 +58,12 @@ def _bound(mutator: PyExprMutator, expr):
     return mutator.lookup_binding(expr) if isinstance(expr, relax.Var) else None
 
 
+def _resolve(mutator: PyExprMutator, expr):
+    """`expr`, or what it is bound to if it is a bound variable (a weight constant, say)."""
+    bound = _bound(mutator, expr)
+    return expr if bound is None else bound
+
+
 def _op_name(expr) -> str | None:
     if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
         return expr.op.name
@@ -87,7 +96,7 @@ class _LayoutSimplifier(PyExprMutator):
         if _op_name(reshape) == RESHAPE and static_shape(call):
             inner = self.builder_.emit(relax.Call(call.op, [reshape.args[0]], call.attrs, call.ty_args))
             return relax.op.reshape(inner, static_shape(call))
-        rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._absorb_pad,)}
+        rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._conv_as_pad, self._absorb_pad)}
         for rewrite in rewrites.get(name, ()):
             new = rewrite(call)
             if new is not None:
@@ -119,6 +128,24 @@ class _LayoutSimplifier(PyExprMutator):
             out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
         )
 
+    def _conv_as_pad(self, call: relax.Call) -> relax.Expr | None:
+        """A depthwise 1x1 conv2d with unit weights, stride and dilation -> the zero pad it is."""
+        attrs, weight = call.attrs, _resolve(self, call.args[1])
+        shape = static_shape(call.args[0])
+        if not isinstance(weight, tvm.ir.expr.Constant) or shape is None or len(shape) != 4:
+            return None
+        layout, channels = str(attrs.data_layout), shape[str(attrs.data_layout).index("C")]
+        w = constant_array(weight)
+        if (
+            int(attrs.groups) != channels or w.size != channels or np.any(w != 1)
+            or any(int(v) != 1 for v in (*attrs.strides, *attrs.dilation))
+            or str(attrs.out_layout) != layout or str(call.ty.dtype) != str(call.args[0].ty.dtype)
+        ):
+            return None
+        top, left, bottom, right = (int(v) for v in attrs.padding)
+        widths = {"H": (top, bottom), "W": (left, right)}
+        return relax.op.nn.pad(call.args[0], [v for axis in layout for v in widths.get(axis, (0, 0))])
+
     def _unbroadcast_weight(self, call: relax.Call) -> relax.Expr | None:
         """matmul(x, broadcast_to(w, [B, K, N])) -> matmul(x, w) when the result is the same."""
         source = _bound(self, call.args[1])
@@ -145,9 +172,7 @@ class _LayoutSimplifier(PyExprMutator):
 
     def _absorb_flatten(self, call: relax.Call) -> relax.Expr | None:
         """matmul(reshape(permute_dims(x, p), [N, -1]), W) -> matmul(reshape(x, [N, -1]), W')."""
-        flat, weight = call.args
-        if isinstance(weight, relax.Var):
-            weight = _bound(self, weight)
+        flat, weight = call.args[0], _resolve(self, call.args[1])
         reshape = _bound(self, flat)
         if _op_name(reshape) != RESHAPE or not isinstance(weight, tvm.ir.expr.Constant):
             return None
@@ -174,6 +199,35 @@ class SimplifyLayouts:  # pylint: disable=too-few-public-methods
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return _rewrite_functions(_LayoutSimplifier, mod)
+
+
+@mutator
+class _PadAsConv(PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+        call = self.visit_expr_post_order(call)
+        if _op_name(call) != PAD or str(call.attrs.pad_mode) != "constant" or float(call.attrs.pad_value) != 0.0:
+            return call
+        shape, dtype = static_shape(call.args[0]), str(call.ty.dtype)
+        widths = [int(v) for v in call.attrs.pad_width]
+        if shape is None or len(shape) != 4 or any(widths[:4]) or min(widths) < 0 or dtype not in ("float16", "float32", "float64"):
+            return call
+        top, bottom, left, right = widths[4:]
+        ones = relax.const(np.ones((shape[1], 1, 1, 1), dtype))
+        return relax.op.nn.conv2d(call.args[0], ones, padding=[top, left, bottom, right], groups=shape[1])
+
+
+@tvm.transform.module_pass(opt_level=0, name="PadAsConv")
+class PadAsConv:  # pylint: disable=too-few-public-methods
+    """A zero pad of the spatial axes of an NCHW tensor as the identity depthwise
+    1x1 conv2d with that padding, so that ConvertLayout converts it with the
+    convolutions around it: TVM 0.27 has no FRelaxInferLayout for nn.pad (and
+    its InferLayoutOutput cannot be built from Python to register one), so a pad
+    would otherwise stay NCHW between two transposes. SimplifyLayouts turns the
+    conv back into a pad in whatever layout it ended in. Reflect, edge and
+    non-zero pads are left as they are."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return _rewrite_functions(_PadAsConv, mod)
 
 
 SUPPORTED_INPUT_LAYOUTS = ("NCHW", "NHWC")

@@ -5,7 +5,9 @@ import pytest
 import tvm
 from tvm import relax
 
-from accel_target.transforms import FoldConstantNumpy, SimplifyLayouts, convert_input_layout
+import accel_target
+from accel_target.pipeline import graph_passes
+from accel_target.transforms import FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 from strategy.layout import constant_array
 from tests.helpers import assert_close, rand, run_relax, single_op_module
 
@@ -73,6 +75,67 @@ def test_zero_pad_is_absorbed_into_conv(value, absorbed):
         ),
         {"x": x}, {"w": w}, ref, ["relax.nn.conv2d"] if absorbed else ["relax.nn.pad", "relax.nn.conv2d"],
     )
+
+
+def _conv_pad_pool(value=0.0, mode="constant"):
+    """conv2d -> pad (not absorbable: it feeds a pool) -> avg_pool2d, and its numpy/PyTorch result."""
+    import torch
+
+    x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
+    conv = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    torch_mode = {"constant": "constant", "reflect": "reflect"}[mode]
+    padded = torch.nn.functional.pad(conv, (2, 0, 1, 1), mode=torch_mode, value=value if mode == "constant" else None)
+    ref = torch.nn.functional.avg_pool2d(padded, 2).numpy()
+    mod = single_op_module(
+        lambda x, w: relax.op.nn.avg_pool2d(
+            relax.op.nn.pad(relax.op.nn.conv2d(x, w, padding=1), [0, 0, 0, 0, 1, 1, 2, 0], pad_mode=mode, pad_value=value),
+            2, 2,
+        ),
+        {"x": x}, {"w": w},
+    )
+    return mod, x, ref
+
+
+def test_spatial_zero_pad_is_converted_to_nhwc_with_the_convs():
+    mod, x, ref = _conv_pad_pool()
+    # PadAsConv alone: the pad is an identity depthwise conv that SimplifyLayouts turns back
+    as_conv = PadAsConv()(mod)
+    assert _ops(as_conv).count("relax.nn.conv2d") == 2 and "relax.nn.pad" not in _ops(as_conv)
+    assert _ops(SimplifyLayouts()(as_conv)) == _ops(mod)
+    with tvm.target.Target("accel"):
+        optimized = tvm.transform.Sequential(graph_passes())(mod)
+    pads = _calls_of(optimized, "relax.nn.pad")
+    assert len(pads) == 1 and [int(v) for v in pads[0].attrs.pad_width] == [0, 0, 1, 1, 2, 0, 0, 0]  # NHWC
+    # one transpose in (NCHW input), one out (NCHW result); none around the pad
+    assert _ops(optimized).count("relax.permute_dims") == 2
+    assert_close(_run(accel_target.build(mod), x), ref)
+
+
+@pytest.mark.parametrize("value,mode", [(1.5, "constant"), (0.0, "reflect")])
+def test_other_pads_stay_as_they_are(value, mode):
+    mod, x, ref = _conv_pad_pool(value, mode)
+    assert _ops(PadAsConv()(mod)) == _ops(mod)
+    assert_close(_run(accel_target.build(mod), x), ref)
+
+
+def test_identity_depthwise_conv_becomes_a_pad():
+    x = rand(1, 3, 4, 5)
+    _check(
+        lambda x, w: relax.op.nn.conv2d(x, w, padding=[1, 0, 2, 3], groups=3),
+        {"x": x}, {"w": np.ones((3, 1, 1, 1), "float32")}, np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 3))), ["relax.nn.pad"],
+    )
+
+
+def _run(executable, x):
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def _calls_of(mod, op_name):
+    found = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == op_name else None
+    )
+    return found
 
 
 def test_broadcast_weight_of_3d_linear_is_unbroadcast():

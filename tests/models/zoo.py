@@ -139,7 +139,8 @@ class LayoutOps(nn.Module):
         up = nn.functional.interpolate(b, scale_factor=2, mode="nearest")
         y = self.norm(torch.cat([a, up], dim=1))
         y = nn.functional.pad(y, (1, 0, 0, 1))  # absorbed into the next conv's padding
-        y = nn.functional.avg_pool2d(self.c(y), 2, ceil_mode=False) * self.bias
+        y = nn.functional.pad(self.c(y), (0, 1, 1, 0))  # a pad of its own, converted to NHWC
+        y = nn.functional.avg_pool2d(y, 2, ceil_mode=False) * self.bias
         y = y * torch.softmax(y, dim=1) + y.sum(dim=1, keepdim=True)
         y = nn.functional.adaptive_avg_pool2d(y, 4)
         return self.head(torch.flatten(y, 1))
