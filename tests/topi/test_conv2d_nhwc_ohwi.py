@@ -1,5 +1,7 @@
 """conv2d_nhwc_ohwi against tvm.topi.testing.conv2d_nhwc_python."""
 
+from dataclasses import replace
+
 import pytest
 import tvm
 
@@ -40,13 +42,13 @@ TARGETS = [
 ]
 
 
-def _run(shape, target):
+def _run(shape, target, **config):
     n, h, w, c, o, k, stride, padding, dilation, groups = shape
     x, wt = rand(n, h, w, c), rand(o, k, k, c // groups)
     target = tvm.target.Target(target)
     with target:
         geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride, padding, dilation, groups)
-        cfg = topi_accel.conv2d_config(geo)
+        cfg = replace(topi_accel.conv2d_config(geo), **config)
     packed = pack(wt, topi_accel.kernel_pack_map(cfg))
     out = run_primfunc(
         topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o), target
@@ -69,6 +71,27 @@ def test_conv2d_nhwc_ohwi_target_variants(shape, target):
         assert cfg.lanes == 8
     else:
         assert not cfg.parallel
+
+
+# every loop order x channel block x padding path: padded copy of the whole input (channels
+# outer, or kh > 2 strides), kh rows padded per output row (channels inner, kh <= 2 strides)
+@pytest.mark.parametrize("channels_outer", [True, False])
+@pytest.mark.parametrize("oc_block", [16, 32, 48])
+@pytest.mark.parametrize("shape", [(1, 13, 11, 8, 50, 3, 2, 1, 1, 1), (1, 9, 10, 5, 48, 3, 1, (1, 0, 2, 1), 1, 1)], ids=str)
+def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
+    out, ref, _ = _run(shape, "accel", oc_block=oc_block, ow_block=4, channels_outer=channels_outer)
+    assert_close(out, ref)
+
+
+def test_conv2d_config_heuristic():
+    with tvm.target.Target("accel"):
+        def config(h, c, o, k):
+            return topi_accel.conv2d_config(topi_accel.conv2d_geometry((1, h, h, c), (o, k, k, c), 1, k // 2))
+
+        assert not config(56, 64, 64, 3).channels_outer  # large image, small kernel: channels inner
+        assert config(7, 512, 512, 3).channels_outer  # 9 MB kernel: channels outer
+        assert config(56, 24, 144, 1).oc_block == 48  # a block that divides 144, not 32 padded to 160
+        assert config(56, 64, 64, 1).oc_block == 32
 
 
 def test_conv2d_schedule_is_vectorized_and_parallel():
