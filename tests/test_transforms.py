@@ -210,3 +210,24 @@ def test_parallelize_splits_reductions_over_rows():
     x = te.placeholder((1, 7, 7, 2048))
     func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.adaptive_pool(x, (1, 1), "avg", layout="NHWC")]))
     assert "T.parallel(2048)" in func.script()
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_parallelize_pools_window_outside_the_channels(kind):
+    import torch
+    from tvm import te, topi
+
+    import topi_accel
+
+    a = rand(1, 20, 18, 32)
+    x = te.placeholder(a.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), kind, layout="NHWC")]))
+    text = func.script()
+    assert "pad_temp" not in text  # the pad is inlined, not a padded copy
+    assert "T.parallel" in text and "T.vectorized(32)" in text  # rows parallel, channels innermost
+    pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
+    ref = pool(torch.from_numpy(a).permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1).numpy()
+    lib = tvm.compile(tvm.IRModule({"main": func}), "accel").jit()
+    out = tvm.runtime.tensor(np.zeros(ref.shape, "float32"))
+    lib["main"](tvm.runtime.tensor(a), out)
+    assert_close(out.numpy(), ref)
