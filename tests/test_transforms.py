@@ -231,3 +231,44 @@ def test_parallelize_pools_window_outside_the_channels(kind):
     out = tvm.runtime.tensor(np.zeros(ref.shape, "float32"))
     lib["main"](tvm.runtime.tensor(a), out)
     assert_close(out.numpy(), ref)
+
+
+def _run_primfunc(func, inputs, out_shape):
+    lib = tvm.compile(tvm.IRModule({"main": func}), "accel").jit()
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    lib["main"](*[tvm.runtime.tensor(a) for a in inputs], out)
+    return out.numpy()
+
+
+def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
+    from tvm import te, topi
+
+    import topi_accel
+
+    a = rand(2, 3, 16, 128)
+    x = te.placeholder(a.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.fast_softmax(x, -1)]))
+    text = func.script()
+    # one parallel loop over the 96 rows, the sums and maxima as 16 vectorizable partial results
+    assert text.count("T.parallel") == 1 and "T.parallel(96)" in text and "_rf" in text
+    e = np.exp(a - a.max(-1, keepdims=True))
+    assert_close(_run_primfunc(func, [a], a.shape), e / e.sum(-1, keepdims=True))
+
+    a, g, b = rand(1, 40, 768), rand(768), rand(768)
+    x, gp, bp = te.placeholder(a.shape), te.placeholder(g.shape), te.placeholder(b.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, gp, bp, topi.nn.layer_norm(x, gp, bp, axis=[-1])]))
+    assert func.script().count("T.parallel") == 1
+    ref = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5) * g + b
+    assert_close(_run_primfunc(func, [a, g, b], a.shape), ref)
+
+
+def test_parallelize_does_not_recompute_a_column_reduction_per_row():
+    from tvm import te, topi
+
+    import topi_accel
+
+    a = rand(512, 64)
+    x = te.placeholder(a.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, x - topi.sum(x, axis=0, keepdims=True)]))
+    assert func.script().count("T.parallel") == 2  # each block on its own, not the sum inside the row loop
+    assert_close(_run_primfunc(func, [a], a.shape), a - a.sum(0, keepdims=True))

@@ -6,6 +6,9 @@ thread pool, leaving vectorization of the inner loop to LLVM. A pad feeding
 another block is inlined into it, and a reduction over a small window
 (pooling) runs the window outside its innermost spatial loop, so that loop
 (the channels, in NHWC) is the vectorized one: 3.5x on ResNet-50's max pool.
+A function of several blocks over the same rows (softmax, norms) is computed
+row by row under one parallel loop, each row's intermediates in cache: 2.2x
+on BERT's softmax.
 """
 
 from __future__ import annotations
@@ -70,6 +73,59 @@ def _is_scheduled(sch: s_tir.Schedule, blocks) -> bool:
     return any(sch.get(loop).kind == tirx.ForKind.PARALLEL for block in blocks for loop in sch.get_loops(block))
 
 
+def _extent(sch: s_tir.Schedule, loops) -> int:
+    return math.prod(int(sch.get(loop).extent) for loop in loops)
+
+
+def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`func` with each reduction over a long innermost axis split into VECTOR_RUN partial
+    results (rfactor) that LLVM vectorizes: a float sum or max does not vectorize as
+    written, its order being fixed. 1.4x on layer norm over 768."""
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(block)
+        spatial = _spatial_prefix(sch, block)
+        if len(loops) != len(spatial) + 1:  # one reduction loop, innermost
+            continue
+        extent = sch.get(loops[-1]).extent
+        if not isinstance(extent, tirx.IntImm) or int(extent) < 4 * VECTOR_RUN or int(extent) % VECTOR_RUN:
+            continue
+        try:
+            _, lanes = sch.split(loops[-1], [None, VECTOR_RUN])
+            partial = sch.rfactor(lanes, 0)
+            *_, lane_loop, outer_loop = sch.get_loops(partial)
+            sch.reorder(outer_loop, lane_loop)
+        except ScheduleError:
+            return func
+    return sch.mod["main"]
+
+
+def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """Every block computed under the output's parallel row loop (all its spatial loops but
+    the innermost); None where that does not fit, or would recompute a producer per row."""
+    sch = s_tir.Schedule(_vector_partial_sums(func))
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    out = blocks[-1]
+    spatial = _spatial_prefix(sch, out)
+    if len(blocks) < 2 or len(spatial) < 2 or not all(isinstance(sch.get(l).extent, tirx.IntImm) for l in spatial):
+        return None
+    rows = _extent(sch, spatial[:-1])
+    work = {sch.get(b).name_hint: _extent(sch, sch.get_loops(b)) for b in blocks}
+    if rows < 2 or work[sch.get(out).name_hint] < MIN_PARALLEL_WORK:
+        return None
+    row = sch.fuse(*spatial[:-1])
+    try:
+        for block in reversed(blocks[:-1]):
+            sch.compute_at(block, row)
+            per_row = _extent(sch, sch.get_loops(block)[1:])
+            if per_row * rows > 2 * work[sch.get(block).name_hint]:
+                return None  # each row needs much more than its share: recomputation
+        sch.parallel(row)
+    except ScheduleError:
+        return None
+    return sch.mod["main"]
+
+
 def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with the outer spatial loops of its top-level blocks parallel; None if unchanged."""
     sch = s_tir.Schedule(func)
@@ -79,6 +135,10 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         return None
     if _is_scheduled(sch, blocks):  # an accel kernel, with or without epilogue
         return None
+    if len(blocks) > 1 and not any(_is_pad(sch.get(b)) for b in blocks):
+        rowwise = _row_by_row(func)
+        if rowwise is not None:
+            return rowwise
     changed = False
     for block in blocks:
         if _is_pad(sch.get(block)) and sch.get_consumers(block):
