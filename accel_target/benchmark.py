@@ -14,9 +14,17 @@ from .pipeline import build
 from .target import host_cpu
 
 
+WARMUP_S = 0.2
+
+
 def median_ms(fn, repeat: int) -> float:
-    """Median wall time of `repeat` calls of `fn` after one warm-up call, in ms."""
-    fn()  # warm-up
+    """Median wall time of `repeat` calls of `fn`, in ms, after warming up (at least three
+    calls and WARMUP_S seconds: the first calls of a fresh runtime fault in its memory and
+    wake its threads)."""
+    started, calls = time.perf_counter(), 0
+    while calls < 3 or time.perf_counter() - started < WARMUP_S:
+        fn()
+        calls += 1
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

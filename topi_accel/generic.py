@@ -7,8 +7,8 @@ another block is inlined into it, and a reduction over a small window
 (pooling) runs the window outside its innermost spatial loop, so that loop
 (the channels, in NHWC) is the vectorized one: 3.5x on ResNet-50's max pool.
 A function of several blocks over the same rows (softmax, norms) is computed
-row by row under one parallel loop, each row's intermediates in cache: 2.2x
-on BERT's softmax.
+row by row under one parallel loop, each row's intermediates in cache, its
+long reductions as vectorizable partial results: 5.6x on BERT's softmax.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def _spatial_prefix(sch: s_tir.Schedule, block) -> list:
     return prefix
 
 
+def _extent(sch: s_tir.Schedule, loops) -> int:
+    return math.prod(int(sch.get(loop).extent) for loop in loops)
+
+
 def _is_pad(block: s_tir.SBlock) -> bool:
     """Whether `block` stores if_then_else(condition, a load, a constant): a pad."""
     body = block.body
@@ -52,7 +56,7 @@ def _is_pad(block: s_tir.SBlock) -> bool:
 def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int]) -> bool:
     """Run a small reduction window outside the innermost spatial loop; whether it did."""
     reduction = sch.get_loops(block)[len(spatial):]
-    window = math.prod(int(sch.get(loop).extent) for loop in reduction)
+    window = _extent(sch, reduction)
     if not reduction or window > MAX_WINDOW or extents[-1] < VECTOR_RUN or math.prod(extents[:-1]) < 2:
         return False  # (a global pool keeps its channels parallel instead)
     try:
@@ -71,10 +75,6 @@ def _vectorize_init(sch: s_tir.Schedule, block, first_reduction: int) -> None:
 
 def _is_scheduled(sch: s_tir.Schedule, blocks) -> bool:
     return any(sch.get(loop).kind == tirx.ForKind.PARALLEL for block in blocks for loop in sch.get_loops(block))
-
-
-def _extent(sch: s_tir.Schedule, loops) -> int:
-    return math.prod(int(sch.get(loop).extent) for loop in loops)
 
 
 def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -161,7 +161,7 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         window = reduces and _window_first(sch, block, loops, extents)
         keep = 1 if (window or not reduces) and len(loops) > 1 and extents[-1] >= VECTOR_RUN else 0
         outer = loops[: len(loops) - keep]
-        work = math.prod(int(sch.get(loop).extent) for loop in sch.get_loops(block))
+        work = _extent(sch, sch.get_loops(block))
         if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:
             continue
         try:

@@ -73,8 +73,8 @@ def test_conv2d_nhwc_ohwi_target_variants(shape, target):
         assert not cfg.parallel
 
 
-# every loop order x channel block x padding path: padded copy of the whole input (channels
-# outer, or kh > 2 strides), kh rows padded per output row (channels inner, kh <= 2 strides)
+# every loop order x channel block, strided and not, asymmetric padding (a padded copy of the
+# input; depthwise tests the border in the tile loop instead: SHAPES has those)
 @pytest.mark.parametrize("channels_outer", [True, False])
 @pytest.mark.parametrize("oc_block", [16, 32, 48])
 @pytest.mark.parametrize("shape", [(1, 13, 11, 8, 50, 3, 2, 1, 1, 1), (1, 9, 10, 5, 48, 3, 1, (1, 0, 2, 1), 1, 1)], ids=str)
