@@ -1,7 +1,8 @@
 """Graph passes TVM lacks, around ConvertLayout, and channels-last inputs.
 
 `SimplifyLayouts` rewrites, wherever they occur:
-- chains of permute_dims into one permute (nothing when they cancel); a
+- chains of permute_dims into one permute (nothing when they cancel), also
+  through pads and takes between them (done in the other layout); a
   permute that only moves size-1 axes into a reshape;
 - a flatten-before-dense, ``matmul(reshape(permute_dims(x)), W)``, into
   ``matmul(reshape(x), W')`` with the rows of the constant W permuted at
@@ -36,6 +37,7 @@ RESHAPE = "relax.reshape"
 MATMUL = "relax.matmul"
 CLIP = "relax.clip"
 PAD = "relax.nn.pad"
+TAKE = "relax.take"
 CONV2D = "relax.nn.conv2d"
 BROADCAST = "relax.broadcast_to"
 # elementwise ops of one tensor: f(reshape(x)) == reshape(f(x))
@@ -160,6 +162,9 @@ class _LayoutSimplifier(PyExprMutator):
 
     def _permute(self, data: relax.Expr, axes: list[int]) -> relax.Expr:
         inner = _bound(self, data)
+        sunk = self._sink_permute(inner) if _op_name(inner) in (PAD, TAKE) else None
+        if sunk is not None:
+            inner = sunk
         if _op_name(inner) == PERMUTE:  # permute of a permute: one permute
             inner_axes = _axes(inner)
             data, axes = inner.args[0], [inner_axes[a] for a in axes]
@@ -169,6 +174,28 @@ class _LayoutSimplifier(PyExprMutator):
         if shape is not None and _moves_only_unit_axes(shape, axes):
             return relax.op.reshape(data, [shape[a] for a in axes])
         return relax.op.permute_dims(data, axes)
+
+    def _sink_permute(self, call: relax.Call) -> relax.Call | None:
+        """op(permute_dims(x, p)) -> permute_dims(op'(x), p) for a pad (any mode) or a take of
+        1-D indices (PyTorch exports reflect padding as takes), through chains of them; so
+        that the permute meets the one after them (ops ConvertLayout left in NCHW)."""
+        source = _bound(self, call.args[0])
+        if _op_name(source) in (PAD, TAKE):
+            source = self._sink_permute(source)
+        if _op_name(source) != PERMUTE:
+            return None
+        x, p, attrs = source.args[0], _axes(source), call.attrs
+        if _op_name(call) == TAKE:
+            if attrs.axis is None or call.args[1].ty.ndim != 1:
+                return None
+            moved = relax.op.take(x, call.args[1], axis=p[int(attrs.axis) % len(p)], mode=str(attrs.mode))
+        else:
+            widths = [int(v) for v in attrs.pad_width]
+            new_widths = [0] * len(widths)
+            for i, axis in enumerate(p):  # axis i of the permuted tensor is axis p[i] of x
+                new_widths[2 * axis: 2 * axis + 2] = widths[2 * i: 2 * i + 2]
+            moved = relax.op.nn.pad(x, new_widths, pad_mode=str(attrs.pad_mode), pad_value=float(attrs.pad_value))
+        return self.builder_.normalize(relax.op.permute_dims(self.builder_.emit(moved), p))
 
     def _absorb_flatten(self, call: relax.Call) -> relax.Expr | None:
         """matmul(reshape(permute_dims(x, p), [N, -1]), W) -> matmul(reshape(x, [N, -1]), W')."""

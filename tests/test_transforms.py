@@ -272,3 +272,33 @@ def test_parallelize_does_not_recompute_a_column_reduction_per_row():
     func = topi_accel.parallelize(te.create_prim_func([x, x - topi.sum(x, axis=0, keepdims=True)]))
     assert func.script().count("T.parallel") == 2  # each block on its own, not the sum inside the row loop
     assert_close(_run_primfunc(func, [a], a.shape), a - a.sum(0, keepdims=True))
+
+
+@pytest.mark.parametrize("mode,value", [("reflect", 0.0), ("constant", 1.5), ("replicate", 0.0)])
+def test_pad_between_inverse_permutes_is_padded_in_place(mode, value):
+    x = rand(1, 6, 5, 3)  # NHWC
+    nchw = x.transpose(0, 3, 1, 2)
+    np_mode = {"reflect": "reflect", "constant": "constant", "replicate": "edge"}[mode]
+    widths = ((0, 0), (0, 0), (1, 2), (2, 1))
+    kwargs = {"constant_values": value} if mode == "constant" else {}
+    ref = np.pad(nchw, widths, mode=np_mode, **kwargs).transpose(0, 2, 3, 1)
+    _check(
+        lambda x: relax.op.permute_dims(
+            relax.op.nn.pad(relax.op.permute_dims(x, [0, 3, 1, 2]), [0, 0, 0, 0, 1, 2, 2, 1], pad_mode=mode, pad_value=value),
+            [0, 2, 3, 1],
+        ),
+        {"x": x}, {}, ref, ["relax.nn.pad"],
+    )
+
+
+def test_takes_between_inverse_permutes_are_done_in_place():
+    # PyTorch exports reflect padding as a take per spatial axis
+    x = rand(1, 5, 4, 3)  # NHWC
+    rows, cols = np.array([1, 0, 1, 2, 3, 4, 3]), np.array([1, 0, 1, 2, 3, 2])
+    ref = x.transpose(0, 3, 1, 2)[:, :, rows][:, :, :, cols].transpose(0, 2, 3, 1)
+    _check(
+        lambda x, r, c: relax.op.permute_dims(
+            relax.op.take(relax.op.take(relax.op.permute_dims(x, [0, 3, 1, 2]), r, axis=2), c, axis=3), [0, 2, 3, 1]
+        ),
+        {"x": x}, {"r": rows, "c": cols}, ref, ["relax.take", "relax.take"],
+    )

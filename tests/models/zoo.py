@@ -122,12 +122,13 @@ def make(name: str, seed: int = 0):
 
 class LayoutOps(nn.Module):
     """Every layout-sensitive op family after convolutions: pooling (max, avg, adaptive), group norm,
-    concat, pad, resize, channel reductions, softmax over channels, elementwise and broadcast ops."""
+    concat, pads (reflect, zero into a conv, zero of its own), resize, channel reductions, softmax
+    over channels, elementwise and broadcast ops."""
 
     def __init__(self, classes=10):
         super().__init__()
         self.a = nn.Conv2d(3, 16, 3, padding=1)
-        self.b = nn.Conv2d(16, 16, 3, padding=1)
+        self.b = nn.Conv2d(16, 16, 3)
         self.norm = nn.GroupNorm(4, 32)
         self.c = nn.Conv2d(32, 24, 1)
         self.bias = nn.Parameter(torch.randn(1, 24, 1, 1))
@@ -135,7 +136,7 @@ class LayoutOps(nn.Module):
 
     def forward(self, x):
         a = torch.sigmoid(self.a(x))
-        b = nn.functional.max_pool2d(self.b(a), 2)
+        b = nn.functional.max_pool2d(self.b(nn.functional.pad(a, (1, 1, 1, 1), mode="reflect")), 2)
         up = nn.functional.interpolate(b, scale_factor=2, mode="nearest")
         y = self.norm(torch.cat([a, up], dim=1))
         y = nn.functional.pad(y, (1, 0, 0, 1))  # absorbed into the next conv's padding
