@@ -11,8 +11,10 @@ column; the script stops if it exceeds 1e-4).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+ROUNDS = 5
 
 
 def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
@@ -51,10 +54,6 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     row["max rel error"] = float(np.abs(out - reference).max() / np.abs(reference).max())
     if row["max rel error"] > 1e-4:
         raise SystemExit(f"{name}: accel's output differs from PyTorch's by {row['max rel error']:.1e}")
-    row["accel"] = median_ms(lambda: vm["main"](*args), repeat)
-
-    with torch.inference_mode():
-        row["PyTorch"] = median_ms(lambda: model(x), repeat)
 
     path_onnx = os.path.join(TMP, f"{name}.onnx")
     torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
@@ -62,7 +61,19 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = onnxruntime.InferenceSession(path_onnx, options, providers=["CPUExecutionProvider"])
     feed = {"x": x.numpy()}
-    row["ONNX Runtime"] = median_ms(lambda: session.run(None, feed), repeat)
+
+    def run_torch():
+        with torch.inference_mode():
+            model(x)
+
+    runners = {"accel": lambda: vm["main"](*args), "PyTorch": run_torch, "ONNX Runtime": lambda: session.run(None, feed)}
+    # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
+    # falls on all of them alike; each gets the median of its rounds' medians
+    rounds = {contender: [] for contender in runners}
+    for _ in range(ROUNDS):
+        for contender, run in runners.items():
+            rounds[contender].append(median_ms(run, repeat))
+    row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
 
     row["accel peak MB"], row["ONNX Runtime peak MB"] = peak_memory(executable, path_onnx, x.numpy(), threads)
 
@@ -111,8 +122,6 @@ _DEPLOYED = {"accel": {"TVM_USE_RUNTIME_LIB": "1"}, "onnxruntime": {}}
 def peak_memory(executable, path_onnx: str, x: np.ndarray, threads: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """(peak RSS of the whole process, peak RSS while running) in MB of a fresh process that
     loads and runs the model: accel's exported library, then ONNX Runtime."""
-    import subprocess
-
     library, data = os.path.join(TMP, "model.so"), os.path.join(TMP, "x.npy")
     executable.export_library(library)
     np.save(data, x)
@@ -168,16 +177,25 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
+    parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
     threads = int(tvm.get_global_func("runtime.NumThreads")())
     torch.set_num_threads(threads)
+    if args.row_of:
+        print(json.dumps(bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm)))
+        return
     rows = []
     for name in args.models.split(","):
+        # every model in a fresh process: the one before leaves the heap and the thread pools
+        # in a state that slowed the next model's accel runs by up to 1.3x
         print(f"[bench] {name}", file=sys.stderr, flush=True)
-        rows.append(bench_model(name, threads, args.repeat, not args.no_stock_tvm))
+        command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat)]
+        out = subprocess.run(command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     header = (f"{threads} threads for every contender; CPU {accel_target.host_cpu()} ({platform.machine()}, "
               f"{os.cpu_count()} cores); apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-              f"onnxruntime {onnxruntime.__version__}; batch 1, median of {args.repeat} runs")
+              f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
+              f"medians of {args.repeat} runs")
     text = markdown(rows, header)
     print(text)
     os.makedirs(RESULTS, exist_ok=True)

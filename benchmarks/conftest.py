@@ -1,4 +1,4 @@
-"""Benchmark setup: every contender on the same thread count; a ratio table at the end.
+"""Benchmark setup: every contender on the same thread count, shape by shape; a ratio table at the end.
 
 The thread count is ACCEL_BENCH_THREADS (default: every core); it is applied
 before anything starts a thread pool: TVM (TVM_NUM_THREADS), PyTorch
@@ -24,6 +24,16 @@ torch.set_num_threads(THREADS)
 threadpoolctl.threadpool_limits(THREADS)
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def pytest_collection_modifyitems(items):
+    """Run the contenders of one shape one after the other (accel, stock TVM, PyTorch or
+    numpy), shape by shape: a noisy spell on this shared machine then falls on one shape's
+    contenders alike, not on one contender's every shape."""
+    first_seen: dict[str, int] = {}
+    for item in items:
+        first_seen.setdefault(getattr(getattr(item, "callspec", None), "id", item.nodeid), len(first_seen))
+    items.sort(key=lambda item: first_seen[getattr(getattr(item, "callspec", None), "id", item.nodeid)])
 
 
 def machine_line() -> str:
