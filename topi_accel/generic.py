@@ -69,8 +69,11 @@ def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int])
 def _vectorize_init(sch: s_tir.Schedule, block, first_reduction: int) -> None:
     """Split the init of a window reduction from its update and vectorize it (the update's
     innermost loop is left to LLVM: a reduction block cannot be vectorized in TIR)."""
-    init = sch.decompose_reduction(block, sch.get_loops(block)[first_reduction])
-    sch.vectorize(sch.get_loops(init)[-1])
+    try:
+        init = sch.decompose_reduction(block, sch.get_loops(block)[first_reduction])
+        sch.vectorize(sch.get_loops(init)[-1])
+    except ScheduleError:
+        pass  # the init stays a scalar loop
 
 
 def _is_scheduled(sch: s_tir.Schedule, blocks) -> bool:
