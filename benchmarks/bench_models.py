@@ -5,7 +5,9 @@
 Writes benchmarks/results/models.md and models.png (machine, threads, versions
 recorded). Each contender runs the same random-weight model (benchmarks/models.py)
 on the same input; accel's output is compared with PyTorch's (max rel error
-column; the script stops if it exceeds 1e-4).
+column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
+process, the contenders taking turns for several rounds; peak memory is measured
+in fresh processes of their own.
 """
 
 from __future__ import annotations
