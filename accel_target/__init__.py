@@ -18,7 +18,7 @@ from . import target as _target
 from .frontend import from_onnx, from_torch
 from .pipeline import build, optimize, report, tune
 from .report import Report
-from .target import host_cores, host_cpu, is_accel, target_config
+from .target import host_cores, host_cpu, is_accel, machine, num_threads, target_config
 
 _target.register()
 _strategy.install()
@@ -34,6 +34,8 @@ __all__ = [
     "host_cores",
     "host_cpu",
     "is_accel",
+    "machine",
+    "num_threads",
     "optimize",
     "recording",
     "report",

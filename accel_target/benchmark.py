@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import time
 
 import numpy as np
@@ -11,7 +10,7 @@ import tvm
 from tvm import relax
 
 from .pipeline import build
-from .target import host_cpu
+from .target import machine, num_threads
 
 
 WARMUP_S = 0.2
@@ -33,7 +32,7 @@ def median_ms(fn, repeat: int) -> float:
     return float(np.median(times) * 1e3)
 
 
-def _vm_runner(executable, arrays):
+def vm_runner(executable, arrays):
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(a) for a in arrays]
     return lambda: vm["main"](*args)
@@ -42,8 +41,6 @@ def _vm_runner(executable, arrays):
 def _torch_runner(path: str, arrays, threads: int):
     import torch  # pylint: disable=import-outside-toplevel
 
-    if not path.endswith(".pt2"):
-        raise ValueError("torch can only run a .pt2 model")
     torch.set_num_threads(threads)
     module = torch.export.load(path).module()
     tensors = [torch.from_numpy(a) for a in arrays]
@@ -55,11 +52,9 @@ def _torch_runner(path: str, arrays, threads: int):
     return run
 
 
-def _onnxruntime_runner(path: str, arrays, threads: int):
+def onnxruntime_runner(path: str, arrays, threads: int):
     import onnxruntime  # pylint: disable=import-outside-toplevel
 
-    if not path.endswith(".onnx"):
-        raise ValueError("onnxruntime can only run an .onnx model")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -79,19 +74,19 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     symbolic = [i["name"] for i in inputs if i["shape"] is None]
     if symbolic:
         raise ValueError(f"inputs {symbolic} have symbolic shapes; bench needs a model with static input shapes")
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    threads = num_threads()
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in inputs]
     progress("building for accel")
-    rows = [("accel", _vm_runner(build(mod), arrays), repeat)]
+    rows = [("accel", vm_runner(build(mod), arrays), repeat)]
     for name in contenders:
         if name == "tvm":
             progress("building with stock TVM (target llvm)")
-            rows.append(("stock TVM", _vm_runner(tvm.compile(mod, target="llvm"), arrays), max(2, repeat // 10)))
+            rows.append(("stock TVM", vm_runner(tvm.compile(mod, target="llvm"), arrays), max(2, repeat // 10)))
         elif name == "torch" and path.endswith(".pt2"):
             rows.append(("PyTorch", _torch_runner(path, arrays, threads), repeat))
         elif name == "onnxruntime" and path.endswith(".onnx"):
-            rows.append(("ONNX Runtime", _onnxruntime_runner(path, arrays, threads), repeat))
+            rows.append(("ONNX Runtime", onnxruntime_runner(path, arrays, threads), repeat))
         else:
             progress(f"skipping {name}: it cannot run {os.path.basename(path)}")
     results = []
@@ -104,7 +99,7 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     return {
         "model": os.path.basename(path),
         "threads": threads,
-        "machine": f"{host_cpu()} ({platform.machine()}, {os.cpu_count()} cores)",
+        "machine": machine(),
         "results": results,
     }
 

@@ -23,22 +23,13 @@ import topi_accel
 from strategy import recording, strict as strict_mode
 from strategy.registry import is_strict, record, suspended
 
-from .report import OpRow, Report, is_accel_kernel, module_kernels, op_rows, runtime_kernels
+from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
 from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
 # their FRelaxInferLayout (ConvertLayout refuses a desired layout for them).
 DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
-
-
-def _calls(mod: tvm.IRModule, ops) -> list[relax.Call]:
-    """The calls in main of any op named in `ops`."""
-    found = []
-    relax.analysis.post_order_visit(
-        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None
-    )
-    return found
 
 
 @tvm.transform.module_pass(opt_level=0, name="AccelConvertLayout")
@@ -49,13 +40,9 @@ def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     (In TVM 0.27 ConvertLayout dies with std::bad_alloc on some transformer
     graphs that have no convolution at all.)
     """
-    if not _calls(mod, DESIRED_LAYOUTS):
+    if not calls_of(mod, DESIRED_LAYOUTS):
         return mod
     return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(PadAsConv()(mod))
-
-
-def fold_constants() -> list[tvm.transform.Pass]:
-    return [FoldConstantNumpy(), relax.transform.FoldConstant()]
 
 
 def graph_passes() -> list[tvm.transform.Pass]:
@@ -64,11 +51,14 @@ def graph_passes() -> list[tvm.transform.Pass]:
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
         SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
-        *fold_constants(),
+        FoldConstantNumpy(),
         convert_layout,
-        *fold_constants(),
+        FoldConstantNumpy(),
+        # what numpy does not fold; once: it compiles a kernel for every call it checks
+        # (running it after each numpy folding, too, changed no model's result)
+        relax.transform.FoldConstant(),
         SimplifyLayouts(),
-        *fold_constants(),
+        FoldConstantNumpy(),
         relax.transform.OptimizeLayoutTransform(),
         relax.transform.RemoveRedundantReshape(),
         FastMath(),
@@ -189,7 +179,7 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
     target = tvm.target.Target(target)
     graph = _graph(mod, params, target, input_layout)
     database = topi_accel.tuning.TuningDB(db)
-    calls = _calls(graph, ("relax.nn.conv2d",))
+    calls = calls_of(graph, ("relax.nn.conv2d",))
     with target:
         geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in calls if strategy.conv2d.conv2d_condition(c) is None)
         for i, geo in enumerate(geometries, 1):

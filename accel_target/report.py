@@ -82,17 +82,22 @@ def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> K
     return _classify(calls)
 
 
+def calls_of(mod: tvm.IRModule, ops, function: str = "main") -> list[relax.Call]:
+    """The calls in `function` of any op named in `ops`, in post order."""
+    found = []
+    relax.analysis.post_order_visit(
+        mod[function], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None
+    )
+    return found
+
+
 def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of a lowered IRModule calls through call_tir."""
     calls = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
-            inputs = list(expr.args[1].fields)
-            const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
-            calls.append((expr.args[0].name_hint, const))
-
-    relax.analysis.post_order_visit(mod[function].body, visit)
+    for call in calls_of(mod, ("relax.call_tir",), function):
+        inputs = list(call.args[1].fields)
+        const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
+        calls.append((call.args[0].name_hint, const))
     return _classify(calls)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 
 import tvm
 from tvm.target import codegen
@@ -64,6 +65,16 @@ def use_all_cores() -> None:
     ``runtime.config_threadpool`` does not raise that number afterwards.
     """
     os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
+
+
+def num_threads() -> int:
+    """Threads TVM's pool runs kernels on."""
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def machine() -> str:
+    """This machine, as the benchmark tables name it."""
+    return f"{host_cpu()} ({platform.machine()}, {os.cpu_count()} cores)"
 
 
 def register() -> None:

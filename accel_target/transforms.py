@@ -30,7 +30,7 @@ import tvm
 from tvm import relax, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import constant_array, static_shape
+from strategy.layout import constant_array, permutation, static_shape
 
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
@@ -77,6 +77,17 @@ def _axes(call: relax.Call) -> list[int]:
     return list(range(ndim))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
 
 
+def _conv_padding_of_pad(pad: relax.Call, layout: str) -> list[int] | None:
+    """[top, left, bottom, right] of a zero pad of only the H and W axes of `layout`, else None."""
+    widths = [int(v) for v in pad.attrs.pad_width]
+    if str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0 or len(widths) != 2 * len(layout):
+        return None
+    h, w = layout.index("H"), layout.index("W")
+    if min(widths) < 0 or any(widths[2 * a] or widths[2 * a + 1] for a in range(len(layout)) if a not in (h, w)):
+        return None
+    return [widths[2 * h], widths[2 * w], widths[2 * h + 1], widths[2 * w + 1]]
+
+
 def _moves_only_unit_axes(shape: list[int], axes: list[int]) -> bool:
     """Whether permuting `shape` by `axes` keeps the order of every axis longer than 1."""
     kept = [a for a in axes if shape[a] != 1]
@@ -114,19 +125,13 @@ class _LayoutSimplifier(PyExprMutator):
     def _absorb_pad(self, call: relax.Call) -> relax.Expr | None:
         """conv2d(pad(x, zeros on H and W only), w) -> conv2d(x, w) with the padding added."""
         pad = _bound(self, call.args[0])
-        if _op_name(pad) != PAD or str(pad.attrs.pad_mode) != "constant" or float(pad.attrs.pad_value) != 0.0:
-            return None
-        widths = [int(v) for v in pad.attrs.pad_width]
-        layout = str(call.attrs.data_layout)
-        h, w = layout.index("H"), layout.index("W")
-        if len(widths) != 8 or any(widths[2 * a] or widths[2 * a + 1] for a in range(4) if a not in (h, w)):
-            return None
-        top, left, bottom, right = (int(v) for v in call.attrs.padding)
         attrs = call.attrs
+        extra = _conv_padding_of_pad(pad, str(attrs.data_layout)) if _op_name(pad) == PAD else None
+        if extra is None:
+            return None
         return relax.op.nn.conv2d(
-            pad.args[0], call.args[1], strides=attrs.strides,
-            padding=[top + widths[2 * h], left + widths[2 * w], bottom + widths[2 * h + 1], right + widths[2 * w + 1]],
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=layout, kernel_layout=attrs.kernel_layout,
+            pad.args[0], call.args[1], strides=attrs.strides, padding=[int(p) + e for p, e in zip(attrs.padding, extra)],
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
             out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
         )
 
@@ -232,15 +237,12 @@ class SimplifyLayouts:  # pylint: disable=too-few-public-methods
 class _PadAsConv(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
         call = self.visit_expr_post_order(call)
-        if _op_name(call) != PAD or str(call.attrs.pad_mode) != "constant" or float(call.attrs.pad_value) != 0.0:
+        padding = _conv_padding_of_pad(call, "NCHW") if _op_name(call) == PAD else None
+        if padding is None or static_shape(call.args[0]) is None or str(call.ty.dtype) not in ("float16", "float32", "float64"):
             return call
         shape, dtype = static_shape(call.args[0]), str(call.ty.dtype)
-        widths = [int(v) for v in call.attrs.pad_width]
-        if shape is None or len(shape) != 4 or any(widths[:4]) or min(widths) < 0 or dtype not in ("float16", "float32", "float64"):
-            return call
-        top, bottom, left, right = widths[4:]
         ones = relax.const(np.ones((shape[1], 1, 1, 1), dtype))
-        return relax.op.nn.conv2d(call.args[0], ones, padding=[top, left, bottom, right], groups=shape[1])
+        return relax.op.nn.conv2d(call.args[0], ones, padding=padding, groups=shape[1])
 
 
 @tvm.transform.module_pass(opt_level=0, name="PadAsConv")
@@ -250,7 +252,7 @@ class PadAsConv:  # pylint: disable=too-few-public-methods
     convolutions around it: TVM 0.27 has no FRelaxInferLayout for nn.pad (and
     its InferLayoutOutput cannot be built from Python to register one), so a pad
     would otherwise stay NCHW between two transposes. SimplifyLayouts turns the
-    conv back into a pad in whatever layout it ended in. Reflect, edge and
+    conv back into a pad in whatever layout it ended in. Reflect, replicate and
     non-zero pads are left as they are."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -272,7 +274,7 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     if layout not in SUPPORTED_INPUT_LAYOUTS:
         raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}")
     func = mod[function]
-    perm_to_nchw = [layout.index(a) for a in "NCHW"]
+    perm_to_nchw = permutation(layout, "NCHW")
     # weights imported as parameters (keep_params_as_input) follow the first num_input inputs
     num_inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else len(func.params)
     new_params, bindings = [], []
@@ -281,7 +283,7 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
         if shape is None or len(shape) != 4 or i >= num_inputs:
             new_params.append(param)
             continue
-        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape["NCHW".index(a)] for a in layout], param.ty.dtype))
+        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape[i] for i in permutation("NCHW", layout)], param.ty.dtype))
         new_params.append(new)
         bindings.append(relax.VarBinding(param, relax.op.permute_dims(new, perm_to_nchw)))
     if not bindings:
@@ -326,7 +328,7 @@ class _NumpyFolder(PyExprMutator):
             return call
         if not isinstance(call.ty, relax.TensorType) or static_shape(call) is None:
             return call
-        operands = [_bound(self, a) if isinstance(a, relax.Var) else a for a in call.args if not isinstance(a, relax.ShapeExpr)]
+        operands = [_resolve(self, a) for a in call.args if not isinstance(a, relax.ShapeExpr)]
         if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
             return call
         arrays = [constant_array(a) for a in operands]

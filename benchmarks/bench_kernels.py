@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from tvm import relax
 
+from accel_target.benchmark import vm_runner
 from tests.helpers import conv2d_module, matmul_module
 
 RNG = np.random.default_rng(0)
@@ -43,9 +43,7 @@ DENSE_IDS = ["dense {}x{}x{}".format(*s) for s in DENSE_SHAPES]
 
 
 def _vm_call(mod, target, inputs):
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in inputs]
-    return lambda: vm["main"](*args)
+    return vm_runner(tvm.compile(mod, target=target), inputs)
 
 
 def _conv_case(h, c, o, k, stride, groups=1):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import median_ms  # noqa: E402
+from accel_target.benchmark import median_ms, onnxruntime_runner  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
@@ -48,7 +47,8 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     row = {"model": name}
 
     started = time.perf_counter()
-    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    mod = accel_target.from_torch(model, (x,))
+    executable = accel_target.build(mod)
     row["accel compile s"] = time.perf_counter() - started
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(x.numpy())]
@@ -57,35 +57,29 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     if row["max rel error"] > 1e-4:
         raise SystemExit(f"{name}: accel's output differs from PyTorch's by {row['max rel error']:.1e}")
 
-    path_onnx = os.path.join(TMP, f"{name}.onnx")
-    torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = onnxruntime.InferenceSession(path_onnx, options, providers=["CPUExecutionProvider"])
-    feed = {"x": x.numpy()}
-
     def run_torch():
         with torch.inference_mode():
             model(x)
 
-    runners = {"accel": lambda: vm["main"](*args), "PyTorch": run_torch, "ONNX Runtime": lambda: session.run(None, feed)}
-    # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
-    # falls on all of them alike; each gets the median of its rounds' medians
-    rounds = {contender: [] for contender in runners}
-    for _ in range(ROUNDS):
-        for contender, run in runners.items():
-            rounds[contender].append(median_ms(run, repeat))
-    row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
-
-    row["accel peak MB"], row["ONNX Runtime peak MB"] = peak_memory(executable, path_onnx, x.numpy(), threads)
+    with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
+        path_onnx = os.path.join(tmp, f"{name}.onnx")
+        torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
+        runners = {"accel": lambda: vm["main"](*args), "PyTorch": run_torch,
+                   "ONNX Runtime": onnxruntime_runner(path_onnx, [x.numpy()], threads)}
+        # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
+        # falls on all of them alike; each gets the median of its rounds' medians
+        rounds = {contender: [] for contender in runners}
+        for _ in range(ROUNDS):
+            for contender, run in runners.items():
+                rounds[contender].append(median_ms(run, repeat))
+        row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
+        row["accel peak MB"], row["ONNX Runtime peak MB"] = peak_memory(executable, path_onnx, x.numpy(), threads, tmp)
 
     if stock_tvm:
-        stock = relax.VirtualMachine(tvm.compile(accel_target.from_torch(model, (x,)), target="llvm"), tvm.cpu())
+        stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
         row["stock TVM"] = median_ms(lambda: stock["main"](*args), 2)
     return row
 
-
-TMP = tempfile.mkdtemp(prefix="accel_bench_")
 
 # Peak RSS in MB of this process image (VmHWM: ru_maxrss would carry the parent's peak across exec).
 # Writing 5 to /proc/self/clear_refs resets VmHWM, so the peak of the runs alone is measured too.
@@ -121,10 +115,10 @@ _MEMORY_SCRIPTS = {
 _DEPLOYED = {"accel": {"TVM_USE_RUNTIME_LIB": "1"}, "onnxruntime": {}}
 
 
-def peak_memory(executable, path_onnx: str, x: np.ndarray, threads: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def peak_memory(executable, path_onnx: str, x: np.ndarray, threads: int, tmp: str) -> tuple[tuple[float, float], tuple[float, float]]:
     """(peak RSS of the whole process, peak RSS while running) in MB of a fresh process that
     loads and runs the model: accel's exported library, then ONNX Runtime."""
-    library, data = os.path.join(TMP, "model.so"), os.path.join(TMP, "x.npy")
+    library, data = os.path.join(tmp, "model.so"), os.path.join(tmp, "x.npy")
     executable.export_library(library)
     np.save(data, x)
     peaks = []
@@ -181,7 +175,7 @@ def main() -> None:
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
     parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
         print(json.dumps(bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm)))
@@ -194,8 +188,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat)]
         out = subprocess.run(command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    header = (f"{threads} threads for every contender; CPU {accel_target.host_cpu()} ({platform.machine()}, "
-              f"{os.cpu_count()} cores); apache-tvm {tvm.__version__}, torch {torch.__version__}, "
+    header = (f"{threads} threads for every contender; CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
               f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
               f"medians of {args.repeat} runs")
     text = markdown(rows, header)

@@ -13,7 +13,6 @@ import accel_target
 THREADS = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
 os.environ["TVM_NUM_THREADS"] = str(THREADS)
 
-import platform  # noqa: E402
 
 import pytest  # noqa: E402
 import threadpoolctl  # noqa: E402
@@ -38,19 +37,23 @@ def pytest_collection_modifyitems(items):
 
 def machine_line() -> str:
     return (
-        f"{THREADS} threads for every contender; CPU {accel_target.host_cpu()} "
-        f"({platform.machine()}, {os.cpu_count()} cores); apache-tvm {tvm.__version__}, "
+        f"{THREADS} threads for every contender; CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, "
         f"torch {torch.__version__}, numpy {__import__('numpy').__version__}"
     )
 
 
-def ratio_table(benchmarks) -> str:
-    """Markdown: one row per group, median ms of each contender, accel's speed-up over each."""
+def _median_ms(benchmarks) -> dict[str, dict[str, float]]:
+    """{shape group: {contender: median ms}}; tests are test_<contender>[...] or test_<contender>_dense[...]."""
     groups: dict[str, dict[str, float]] = {}
     for bench in benchmarks:
-        # test_<contender>[...] or test_<contender>_dense[...]
         contender = bench.name.split("[")[0].removeprefix("test_").removesuffix("_dense")
         groups.setdefault(bench.group, {})[contender] = bench.stats.median * 1e3
+    return groups
+
+
+def ratio_table(benchmarks) -> str:
+    """Markdown: one row per group, median ms of each contender, accel's speed-up over each."""
+    groups = _median_ms(benchmarks)
     names = sorted({c for g in groups.values() for c in g} - {"accel"})
     lines = [
         "| shape | accel ms | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names) + " |",
@@ -60,7 +63,7 @@ def ratio_table(benchmarks) -> str:
         accel = times.get("accel")
         cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
         ratios = [f"{times[n] / accel:.2f}x" if n in times and accel else "" for n in names]
-        lines.append(f"| {group} | {accel:.3f} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+        lines.append(f"| {group} | {'' if accel is None else f'{accel:.3f}'} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     lines += ["", "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |", "|---" * (2 + len(names)) + "|"]
     for family, members in families(groups).items():
         means = []
@@ -103,10 +106,7 @@ def plot_speedups(benchmarks, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, dict[str, float]] = {}
-    for bench in benchmarks:
-        contender = bench.name.split("[")[0].removeprefix("test_").removesuffix("_dense")
-        groups.setdefault(bench.group, {})[contender] = bench.stats.median
+    groups = _median_ms(benchmarks)
     others = sorted({c for g in groups.values() for c in g} - {"accel"})
     fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(groups)), 4.5))
     width = 0.8 / len(others)

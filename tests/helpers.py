@@ -9,6 +9,7 @@ import tvm.topi.testing
 from tvm import relax
 
 import accel_target  # noqa: F401  (registers the target)
+from accel_target.report import module_kernels
 from strategy.layout import map_array
 
 RNG = np.random.default_rng(0)
@@ -39,10 +40,14 @@ def run_primfunc(func: tvm.tirx.PrimFunc, inputs, out_shape, target="accel") -> 
     return out.numpy()
 
 
-def run_relax(mod: tvm.IRModule, inputs, target="accel") -> np.ndarray:
-    ex = tvm.compile(mod, target=target)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
+def run_executable(executable, *inputs: np.ndarray) -> np.ndarray:
+    """main(*inputs) of a compiled Relax executable, on the CPU."""
+    vm = relax.VirtualMachine(executable, tvm.cpu())
     return vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
+
+
+def run_relax(mod: tvm.IRModule, inputs, target="accel") -> np.ndarray:
+    return run_executable(tvm.compile(mod, target=target), *inputs)
 
 
 def single_op_module(make_call, params: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> tvm.IRModule:
@@ -80,14 +85,7 @@ def legalized(mod: tvm.IRModule, target="accel") -> tvm.IRModule:
 
 def called_kernels(mod: tvm.IRModule) -> list[str]:
     """Names of the PrimFuncs `main` calls through call_tir, in order."""
-    names = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_tir":
-            names.append(expr.args[0].name_hint)
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return names
+    return list(module_kernels(mod).calls)
 
 
 def assert_close(out: np.ndarray, ref: np.ndarray, rtol: float = 1e-4) -> None:

@@ -2,7 +2,6 @@
 process without our package, compare with ONNX Runtime; every error case gives one line and exit 1."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys

@@ -5,8 +5,7 @@ import torch
 from torch import nn
 
 import accel_target
-from tests.helpers import assert_close
-from tests.models.test_models import _run
+from tests.helpers import assert_close, run_executable
 
 
 class ConvEpilogue(nn.Module):
@@ -48,7 +47,7 @@ def _check(model, x, accel_kernels):
         model.bn.running_mean.uniform_(-1, 1)
         model.bn.running_var.uniform_(0.5, 2)
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
-    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     calls = accel_target.report(executable).kernels.calls
     fused = [c for c in calls if "conv2d_nhwc_ohwi" in c or "dense_kn" in c]
     assert len(fused) == accel_kernels
@@ -80,6 +79,6 @@ def test_gelu_uses_fast_erf_within_tolerance_and_is_fused():
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU()).eval()
     x = torch.randn(8, 64) * 4  # wide range of GELU inputs
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
-    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     (kernel,) = accel_target.report(executable).kernels.calls
     assert kernel.startswith("fused_dense_kn") and "fast_erf" in kernel

@@ -2,14 +2,17 @@
 
 import numpy as np
 import pytest
+import torch
 import tvm
-from tvm import relax
+from tvm import relax, te, topi
 
 import accel_target
+import topi_accel
 from accel_target.pipeline import graph_passes
+from accel_target.report import calls_of
 from accel_target.transforms import FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 from strategy.layout import constant_array
-from tests.helpers import assert_close, rand, run_relax, single_op_module
+from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_relax, single_op_module
 
 
 def _ops(mod):
@@ -66,8 +69,6 @@ def test_clip_becomes_maximum_minimum():
 def test_zero_pad_is_absorbed_into_conv(value, absorbed):
     x, w = rand(1, 2, 6, 6), rand(3, 2, 3, 3)
     padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), constant_values=value)
-    import torch
-
     ref = torch.nn.functional.conv2d(torch.from_numpy(padded), torch.from_numpy(w), padding=1).numpy()
     _check(
         lambda x, w: relax.op.nn.conv2d(
@@ -79,8 +80,6 @@ def test_zero_pad_is_absorbed_into_conv(value, absorbed):
 
 def _conv_pad_pool(value=0.0, mode="constant"):
     """conv2d -> pad (not absorbable: it feeds a pool) -> avg_pool2d, and its numpy/PyTorch result."""
-    import torch
-
     x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
     conv = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
     torch_mode = {"constant": "constant", "reflect": "reflect"}[mode]
@@ -104,18 +103,18 @@ def test_spatial_zero_pad_is_converted_to_nhwc_with_the_convs():
     assert _ops(SimplifyLayouts()(as_conv)) == _ops(mod)
     with tvm.target.Target("accel"):
         optimized = tvm.transform.Sequential(graph_passes())(mod)
-    pads = _calls_of(optimized, "relax.nn.pad")
+    pads = calls_of(optimized, ("relax.nn.pad",))
     assert len(pads) == 1 and [int(v) for v in pads[0].attrs.pad_width] == [0, 0, 1, 1, 2, 0, 0, 0]  # NHWC
     # one transpose in (NCHW input), one out (NCHW result); none around the pad
     assert _ops(optimized).count("relax.permute_dims") == 2
-    assert_close(_run(accel_target.build(mod), x), ref)
+    assert_close(run_executable(accel_target.build(mod), x), ref)
 
 
 @pytest.mark.parametrize("value,mode", [(1.5, "constant"), (0.0, "reflect")])
 def test_other_pads_stay_as_they_are(value, mode):
     mod, x, ref = _conv_pad_pool(value, mode)
     assert _ops(PadAsConv()(mod)) == _ops(mod)
-    assert_close(_run(accel_target.build(mod), x), ref)
+    assert_close(run_executable(accel_target.build(mod), x), ref)
 
 
 def test_identity_depthwise_conv_becomes_a_pad():
@@ -124,18 +123,6 @@ def test_identity_depthwise_conv_becomes_a_pad():
         lambda x, w: relax.op.nn.conv2d(x, w, padding=[1, 0, 2, 3], groups=3),
         {"x": x}, {"w": np.ones((3, 1, 1, 1), "float32")}, np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 3))), ["relax.nn.pad"],
     )
-
-
-def _run(executable, x):
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-
-
-def _calls_of(mod, op_name):
-    found = []
-    relax.analysis.post_order_visit(
-        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == op_name else None
-    )
-    return found
 
 
 def test_broadcast_weight_of_3d_linear_is_unbroadcast():
@@ -185,8 +172,6 @@ def test_activation_of_reshape_moves_before_it():
 
 
 def torch_gelu(a):
-    import torch
-
     return torch.nn.functional.gelu(torch.from_numpy(a)).numpy()
 
 
@@ -200,10 +185,6 @@ def test_convert_input_layout_leaves_weight_parameters_alone():
 
 
 def test_parallelize_splits_reductions_over_rows():
-    from tvm import te, topi
-
-    import topi_accel
-
     x, g, b = te.placeholder((1, 128, 768)), te.placeholder((768,)), te.placeholder((768,))
     func = topi_accel.parallelize(te.create_prim_func([x, g, b, topi.nn.layer_norm(x, g, b, axis=[-1])]))
     assert "T.parallel(128)" in func.script()
@@ -214,11 +195,6 @@ def test_parallelize_splits_reductions_over_rows():
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_parallelize_pools_window_outside_the_channels(kind):
-    import torch
-    from tvm import te, topi
-
-    import topi_accel
-
     a = rand(1, 20, 18, 32)
     x = te.placeholder(a.shape)
     func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), kind, layout="NHWC")]))
@@ -227,24 +203,10 @@ def test_parallelize_pools_window_outside_the_channels(kind):
     assert "T.parallel" in text and "T.vectorized(32)" in text  # rows parallel, channels innermost
     pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
     ref = pool(torch.from_numpy(a).permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1).numpy()
-    lib = tvm.compile(tvm.IRModule({"main": func}), "accel").jit()
-    out = tvm.runtime.tensor(np.zeros(ref.shape, "float32"))
-    lib["main"](tvm.runtime.tensor(a), out)
-    assert_close(out.numpy(), ref)
-
-
-def _run_primfunc(func, inputs, out_shape):
-    lib = tvm.compile(tvm.IRModule({"main": func}), "accel").jit()
-    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
-    lib["main"](*[tvm.runtime.tensor(a) for a in inputs], out)
-    return out.numpy()
+    assert_close(run_primfunc(func, [a], ref.shape), ref)
 
 
 def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
-    from tvm import te, topi
-
-    import topi_accel
-
     a = rand(2, 3, 16, 128)
     x = te.placeholder(a.shape)
     func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.fast_softmax(x, -1)]))
@@ -252,26 +214,22 @@ def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
     # one parallel loop over the 96 rows, the sums and maxima as 16 vectorizable partial results
     assert text.count("T.parallel") == 1 and "T.parallel(96)" in text and "_rf" in text
     e = np.exp(a - a.max(-1, keepdims=True))
-    assert_close(_run_primfunc(func, [a], a.shape), e / e.sum(-1, keepdims=True))
+    assert_close(run_primfunc(func, [a], a.shape), e / e.sum(-1, keepdims=True))
 
     a, g, b = rand(1, 40, 768), rand(768), rand(768)
     x, gp, bp = te.placeholder(a.shape), te.placeholder(g.shape), te.placeholder(b.shape)
     func = topi_accel.parallelize(te.create_prim_func([x, gp, bp, topi.nn.layer_norm(x, gp, bp, axis=[-1])]))
     assert func.script().count("T.parallel") == 1
     ref = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5) * g + b
-    assert_close(_run_primfunc(func, [a, g, b], a.shape), ref)
+    assert_close(run_primfunc(func, [a, g, b], a.shape), ref)
 
 
 def test_parallelize_does_not_recompute_a_column_reduction_per_row():
-    from tvm import te, topi
-
-    import topi_accel
-
     a = rand(512, 64)
     x = te.placeholder(a.shape)
     func = topi_accel.parallelize(te.create_prim_func([x, x - topi.sum(x, axis=0, keepdims=True)]))
     assert func.script().count("T.parallel") == 2  # each block on its own, not the sum inside the row loop
-    assert_close(_run_primfunc(func, [a], a.shape), a - a.sum(0, keepdims=True))
+    assert_close(run_primfunc(func, [a], a.shape), a - a.sum(0, keepdims=True))
 
 
 @pytest.mark.parametrize("mode,value", [("reflect", 0.0), ("constant", 1.5), ("replicate", 0.0)])

@@ -2,15 +2,13 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 import tvm
 
 import accel_target
 import topi_accel
-from tests.helpers import assert_close, conv2d_reference, pack, rand, run_primfunc
-from tests.models.test_models import _run
+from tests.helpers import assert_close, conv2d_reference, pack, rand, run_executable, run_primfunc
 
 # (data NHWC, kernel OHWI, stride, padding, groups): plain, tails, depthwise
 SHAPES = [
@@ -58,7 +56,7 @@ def test_tune_writes_database_that_build_uses(tmp_path):
     with tvm.target.Target("accel"):
         assert topi_accel.conv2d_config(geo).ow_block != 3
     executable = accel_target.build(mod, tuning_db=db_path)
-    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
 
     # a second run extends the database and skips what it holds
     assert len(accel_target.tune(mod, db_path, limit=1, number=1).entries) == 2

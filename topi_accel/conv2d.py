@@ -16,15 +16,17 @@ the weights vector-loaded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 import tvm
-from tvm import s_tir, te, tirx
+from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -52,10 +54,6 @@ class Conv2DGeometry:
     @property
     def out_w(self) -> int:
         return (self.in_w + self.pad[1] + self.pad[3] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.batch * self.out_h * self.out_w * self.out_c * self.kh * self.kw * (self.in_c // self.groups)
 
 
 @dataclass(frozen=True)
@@ -148,7 +146,7 @@ def conv2d_geometry(
 
 def conv2d_key(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> str:
     """The tuning database key of `geo` on `target`."""
-    return tuning.kernel_key("conv2d_nhwc_ohwi", asdict(geo), target or tvm.target.Target.current())
+    return tuning.kernel_key("conv2d_nhwc_ohwi", asdict(geo), target)
 
 
 def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DConfig:
@@ -179,7 +177,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
 # layers: sweeping every channel block per output row (channels inner) keeps the input
 # rows in cache and wins on large images while the whole kernel stays cached (up to
 # 2.1x at 112x112x16->96); one channel block's kernel over every row (channels outer)
-# wins once the kernel is large (1.4-2x at 7x7 and 14x14 with 1-9 MB kernels).
+# wins once the kernel is large (1.3-2.1x at 7x7 and 14x14 with 1-9 MB kernels).
 CHANNELS_INNER_MAX_KERNEL_BYTES = 640 * 1024
 CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
@@ -259,22 +257,15 @@ def _input_extent(geo: Conv2DGeometry, cfg: Conv2DConfig) -> tuple[int, int] | N
 
 
 def _pad_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
-    """Zero-pad NHWC `data` to the rows/columns the tile grid reads ("conv2d_nhwc_ohwi_pad")."""
+    """Zero-pad NHWC `data` to the rows/columns the tile grid reads ("conv2d_nhwc_ohwi_pad";
+    a negative pad after drops rows/columns the grid never reads)."""
     extent = _input_extent(geo, cfg)
     if extent is None:
         return data
     need_h, need_w = extent
     pt, pl = geo.pad[0], geo.pad[1]
-    h_in, w_in = geo.in_h, geo.in_w
-    return te.compute(
-        (geo.batch, need_h, need_w, geo.in_c),
-        lambda n, h, w, c: tirx.if_then_else(
-            tirx.all(h >= pt, h < h_in + pt, w >= pl, w < w_in + pl),
-            data[n, h - pt, w - pl, c],
-            tirx.const(0.0, data.dtype),
-        ),
-        name="conv2d_nhwc_ohwi_pad",
-    )
+    after = [0, need_h - geo.in_h - pt, need_w - geo.in_w - pl, 0]
+    return topi.nn.pad(data, [0, pt, pl, 0], after, name="conv2d_nhwc_ohwi_pad")
 
 
 def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Conv2DConfig) -> tirx.PrimFunc:
@@ -294,19 +285,19 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         outer, tile = sch.fuse(n, h), oo
     if cfg.parallel:
         sch.parallel(outer)
-    _register_tile(sch, wi, oi, lanes)
+    register_tile(sch, wi, oi, lanes)
     sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rkh)
     if geo.out_c % cfg.oc_block == 0:  # else the channel tail is predicated
-        _vectorize_inner(sch, out, lanes)
+        vectorize_inner(sch, out, lanes)
     if _input_extent(geo, cfg) is None:
         return sch.mod["main"]
     pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")
     if geo.groups == geo.in_c:
         # depthwise: test the border in the tile loop, one select per vector of channels;
-        # 1.7-1.9x faster than a padded copy on the MobileNetV2 layers (dense convs, which
-        # load one scalar per FMA, get 2x slower this way)
+        # 1.6-1.9x faster than a padded copy on the MobileNetV2 layers (dense convs, which
+        # load one scalar per FMA, get 1.1-2.3x slower this way)
         sch.compute_inline(pad)
         return sch.mod["main"]
     loops = sch.get_loops(pad)  # a padded copy of the input, made once
@@ -314,31 +305,11 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     if cfg.parallel:
         sch.parallel(rows)
     if geo.in_c % lanes == 0:
-        _vectorize_inner(sch, pad, lanes)
+        vectorize_inner(sch, pad, lanes)
     return sch.mod["main"]
 
 
-def _register_tile(sch: s_tir.Schedule, rows, cols, lanes: int) -> None:
-    """Unroll the tile rows and split the columns into unrolled vectors."""
-    sch.unroll(rows)
-    extent = int(sch.get(cols).extent)
-    if extent % lanes == 0 and extent > lanes:
-        outer, inner = sch.split(cols, [None, lanes])
-        sch.unroll(outer)
-        sch.vectorize(inner)
-    else:
-        sch.vectorize(cols)
-
-
-def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
-    """Vectorize a copy block's innermost loop in chunks of `lanes`."""
-    inner = sch.get_loops(block)[-1]
-    extent = int(sch.get(inner).extent)
-    if extent % lanes == 0:
-        _, vec = sch.split(inner, [None, lanes])
-        sch.vectorize(vec)
-
-
+@functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
 def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32") -> tirx.PrimFunc:
     """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
     data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")

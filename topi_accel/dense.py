@@ -12,6 +12,7 @@ register tile of ``m_block`` rows x ``n_block`` columns accumulates over K.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import tvm
@@ -19,6 +20,7 @@ from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -116,21 +118,16 @@ def _schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) -
     outer = sch.fuse(*batch, jo, io)
     if cfg.parallel:
         sch.parallel(outer)
-    sch.unroll(ii)
-    vo, vi = sch.split(ji, [None, cfg.lanes]) if cfg.n_block > cfg.lanes else (None, ji)
-    if vo is not None:
-        sch.unroll(vo)
-    sch.vectorize(vi)
+    register_tile(sch, ii, ji, cfg.lanes)
     sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rk)
-    if n % cfg.n_block == 0 and cfg.n_block % cfg.lanes == 0:  # else the column tail is predicated
-        inner = sch.get_loops(out)[-1]
-        _, vec = sch.split(inner, [None, cfg.lanes])
-        sch.vectorize(vec)
+    if n % cfg.n_block == 0:  # else the column tail is predicated
+        vectorize_inner(sch, out, cfg.lanes)
     return sch.mod["main"]
 
 
+@functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
 def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = False, dtype: str = "float32"):
     """The scheduled PrimFunc (data, packed_weight[, bias]) -> out for one shape."""
     data = te.placeholder((m, k), dtype, name="data")
@@ -168,6 +165,7 @@ def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig) -> te.Tensor:
     return te.compute((bs, m, n), lambda p, i, j: acc[p, i, j], name="batch_matmul_kn")
 
 
+@functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
 def batch_matmul_kn_func(bs: int, m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
     """The scheduled PrimFunc (a, b) -> out for one shape."""
     a = te.placeholder((bs, m, k), dtype, name="a")

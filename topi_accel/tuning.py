@@ -18,6 +18,8 @@ from dataclasses import asdict
 
 import tvm
 
+from .knobs import cpu_knobs
+
 _ACTIVE: contextvars.ContextVar["TuningDB | None"] = contextvars.ContextVar("accel_tuning_db", default=None)
 
 
@@ -60,7 +62,5 @@ def lookup(key: str) -> dict | None:
 
 def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
     """A stable key: kernel kind, its shape and attributes, and what the schedule reads from the target."""
-    from .knobs import cpu_knobs  # pylint: disable=import-outside-toplevel
-
     knobs = cpu_knobs(target)
     return json.dumps({"kind": kind, **shape_fields, "lanes": knobs.lanes, "parallel": knobs.parallel}, sort_keys=True)

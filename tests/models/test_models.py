@@ -1,21 +1,16 @@
 """Whole models from PyTorch through accel_target.build, against PyTorch, as a new user would."""
 
-import numpy as np
 import pytest
 import torch
 import tvm
 from tvm import relax
 
 import accel_target
-from tests.helpers import assert_close
+from tests.helpers import assert_close, run_executable
 from tests.models.zoo import MODELS, make
 
 pytestmark = pytest.mark.slow
 IMAGE_MODELS = [name for name, (_, _, image) in MODELS.items() if image]
-
-
-def _run(executable, x: np.ndarray) -> np.ndarray:
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def _executable_calls(executable, prefix: str) -> int:
@@ -46,7 +41,7 @@ def _check_report(executable, report):
 def test_model_nchw_input(name):
     model, x, image = make(name)
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
-    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     report = accel_target.report(executable)
     convs, dense = _check_report(executable, report)
     assert len(convs) + len(dense) > 0
@@ -60,7 +55,7 @@ def test_model_nchw_input(name):
 def test_image_model_nhwc_input(name):
     model, x, _ = make(name)
     executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC")
-    out = _run(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
     assert_close(out, model(x).detach().numpy())
     report = accel_target.report(executable)
     _check_report(executable, report)
@@ -77,7 +72,7 @@ def test_channels_last_pytorch_model(name):
     # a channels_last tensor's memory, as is, is the NHWC input
     nhwc = x.permute(0, 2, 3, 1)
     assert nhwc.is_contiguous()
-    assert_close(_run(executable, nhwc.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, nhwc.numpy()), model(x).detach().numpy())
     assert accel_target.report(executable).kernels.layout_transforms == 0
 
 
@@ -88,14 +83,14 @@ def test_params_as_inputs_give_the_same_folded_module():
     assert len(mod["main"].params) == 1 + len(params)
     bound = accel_target.optimize(mod, params)
     tvm.ir.assert_structural_equal(bound, folded)
-    assert_close(_run(accel_target.build(mod, params), x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(accel_target.build(mod, params), x.numpy()), model(x).detach().numpy())
 
 
 def test_registered_pipeline_matches_build():
     model, x, _ = make("depthwise_separable_cnn")
     mod = accel_target.from_torch(model, (x,))
     executable = tvm.compile(mod, target="accel", relax_pipeline="accel")
-    assert_close(_run(executable, x.numpy()), model(x).detach().numpy())
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     assert accel_target.report(executable).kernels.calls == accel_target.report(accel_target.build(mod)).kernels.calls
 
 

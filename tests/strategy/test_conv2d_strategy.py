@@ -35,19 +35,16 @@ def _case(layouts, attrs, const_weight):
     data_layout, kernel_layout, out_layout = layouts
     n, c, h, w, o, k, strides, padding, dilation, groups = attrs
     x, wt = rand(n, c, h, w), rand(o, c // groups, k, k)
-    ref = torch.nn.functional.conv2d(
-        torch.from_numpy(x), torch.from_numpy(wt), stride=strides,
-        padding=0, dilation=dilation, groups=groups,
-    ) if padding == 0 else None
     pads = padding if isinstance(padding, tuple) else (padding,) * 4
     xp = torch.nn.functional.pad(torch.from_numpy(x), (pads[1], pads[3], pads[0], pads[2]))
     ref = torch.nn.functional.conv2d(xp, torch.from_numpy(wt), stride=strides, dilation=dilation, groups=groups).numpy()
+    x_in, w_in = _to(x, LAYOUTS, data_layout), _to(wt, KERNEL_AXES, kernel_layout)
     mod = conv2d_module(
-        _to(x, LAYOUTS, data_layout), _to(wt, KERNEL_AXES, kernel_layout), const_weight,
+        x_in, w_in, const_weight,
         strides=strides, padding=padding, dilation=dilation, groups=groups,
         data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
     )
-    inputs = [_to(x, LAYOUTS, data_layout)] + ([] if const_weight else [_to(wt, KERNEL_AXES, kernel_layout)])
+    inputs = [x_in] + ([] if const_weight else [w_in])
     return mod, inputs, _to(ref, LAYOUTS, out_layout)
 
 

@@ -1,6 +1,5 @@
 """relax.matmul with a 2-D right operand under Target("accel"): dense_kn."""
 
-import numpy as np
 import pytest
 from tvm import relax
 

@@ -1,0 +1,26 @@
+"""Schedule pieces shared by the accel kernels (conv2d and the matmuls)."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+
+def register_tile(sch: s_tir.Schedule, rows, cols, lanes: int) -> None:
+    """Unroll the tile rows and split the columns into unrolled vectors."""
+    sch.unroll(rows)
+    extent = int(sch.get(cols).extent)
+    if extent % lanes == 0 and extent > lanes:
+        outer, inner = sch.split(cols, [None, lanes])
+        sch.unroll(outer)
+        sch.vectorize(inner)
+    else:
+        sch.vectorize(cols)
+
+
+def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Vectorize a copy block's innermost loop in chunks of `lanes`."""
+    inner = sch.get_loops(block)[-1]
+    extent = int(sch.get(inner).extent)
+    if extent % lanes == 0:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
