@@ -69,12 +69,14 @@ def graph_passes() -> list[tvm.transform.Pass]:
 @tvm.transform.module_pass(opt_level=0, name="ScheduleKernels")
 def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
-    write-back; split TVM's own (serial) kernels across the thread pool."""
+    write-back; split TVM's own (serial) kernels across the thread pool, unless the
+    target has one core."""
+    parallel = topi_accel.cpu_knobs().parallel
     updates = {}
     for gvar, func in mod.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc):
             scheduled = topi_accel.inline_epilogue(func)
-            if scheduled is None:
+            if scheduled is None and parallel:
                 scheduled = topi_accel.parallelize(func)
             if scheduled is not None:
                 updates[gvar] = scheduled

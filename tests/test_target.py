@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import tvm
+from tvm import relax
 from tvm.target import codegen
 
 import accel_target
 import topi_accel
-from tests.helpers import assert_close, matmul_module, rand, run_relax
+from tests.helpers import assert_close, matmul_module, rand, run_relax, single_op_module
 
 
 def test_tag_is_llvm_with_accel_keys_and_host_cpu():
@@ -51,6 +52,15 @@ def test_derived_single_core_variant_has_no_parallel_loop():
     with target:
         cfg = topi_accel.dense_config(64, 64)
     assert "T.parallel" not in topi_accel.dense_kn_func(64, 64, 64, cfg).script()
+
+
+def test_single_core_variant_keeps_whole_models_serial():
+    # conv2d -> max_pool2d: neither the accel kernel nor TVM's pool gets a parallel loop, and the
+    # conv keeps its padded copy (the TVM-kernel schedule must not take it for one of its own)
+    x, w = rand(1, 3, 16, 16), rand(8, 3, 3, 3)
+    mod = single_op_module(lambda x, w: relax.op.nn.max_pool2d(relax.op.nn.conv2d(x, w, padding=1), 2, 2), {"x": x}, {"w": w})
+    text = accel_target.optimize(mod, target={"tag": "accel", "num-cores": 1}).script()
+    assert "T.parallel" not in text and "conv2d_nhwc_ohwi_pad" in text
 
 
 def test_thread_pool_uses_every_core():

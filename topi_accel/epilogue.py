@@ -16,6 +16,11 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
 
 
+def has_accel_block(sch: s_tir.Schedule) -> bool:
+    """Whether the scheduled function is an accel kernel (with or without an epilogue)."""
+    return any(sch.get(b).name_hint in OUTPUT_BLOCKS for b in sch.get_child_blocks(sch.get_sblock("root")))
+
+
 def _inline_intermediates(sch: s_tir.Schedule) -> None:
     """Fold every elementwise block that feeds another (GELU's erf, scale and shift) into
     its consumer, so that the kernel's output has a single chain of consumers."""
@@ -31,7 +36,7 @@ def _inline_intermediates(sch: s_tir.Schedule) -> None:
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none."""
     sch = s_tir.Schedule(func)
-    if not any(sch.get(b).name_hint in OUTPUT_BLOCKS for b in sch.get_child_blocks(sch.get_sblock("root"))):
+    if not has_accel_block(sch):
         return None
     _inline_intermediates(sch)
     inlined = 0

@@ -5,7 +5,7 @@ softmax, norms, transposes): they arrive as plain serial loop nests.
 thread pool, leaving vectorization of the inner loop to LLVM. A pad feeding
 another block is inlined into it, and a reduction over a small window
 (pooling) runs the window outside its innermost spatial loop, so that loop
-(the channels, in NHWC) is the vectorized one: 3.5x on ResNet-50's max pool.
+(the channels, in NHWC) is the vectorized one: 3x on ResNet-50's max pool.
 A function of several blocks over the same rows (softmax, norms) is computed
 row by row under one parallel loop, each row's intermediates in cache, its
 long reductions as vectorizable partial results: 5.6x on BERT's softmax.
@@ -17,6 +17,8 @@ import math
 
 from tvm import ir, s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
+
+from .epilogue import has_accel_block
 
 # below this many iterations of work a parallel region costs more than it saves
 MIN_PARALLEL_WORK = 4096
@@ -66,17 +68,18 @@ def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int])
     return True
 
 
-def _vectorize_init(sch: s_tir.Schedule, block, first_reduction: int) -> None:
-    """Split the init of a window reduction from its update and vectorize it (the update's
-    innermost loop is left to LLVM: a reduction block cannot be vectorized in TIR)."""
+def _vectorize_init(sch: s_tir.Schedule, block) -> None:
+    """Split the init of a window reduction (loops: the fused parallel one, the window, the
+    channels) from its update and vectorize it (the update's innermost loop is left to
+    LLVM: a reduction block cannot be vectorized in TIR)."""
     try:
-        init = sch.decompose_reduction(block, sch.get_loops(block)[first_reduction])
+        init = sch.decompose_reduction(block, sch.get_loops(block)[1])
         sch.vectorize(sch.get_loops(init)[-1])
     except ScheduleError:
         pass  # the init stays a scalar loop
 
 
-def _is_scheduled(sch: s_tir.Schedule, blocks) -> bool:
+def _has_parallel_loop(sch: s_tir.Schedule, blocks) -> bool:
     return any(sch.get(loop).kind == tirx.ForKind.PARALLEL for block in blocks for loop in sch.get_loops(block))
 
 
@@ -136,7 +139,7 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
     except ScheduleError:  # not a TE-made function
         return None
-    if _is_scheduled(sch, blocks):  # an accel kernel, with or without epilogue
+    if has_accel_block(sch) or _has_parallel_loop(sch, blocks):  # an accel kernel, or one scheduled by its strategy
         return None
     if len(blocks) > 1 and not any(_is_pad(sch.get(b)) for b in blocks):
         rowwise = _row_by_row(func)
@@ -173,5 +176,5 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         except ScheduleError:
             continue
         if window:
-            _vectorize_init(sch, block, 1)
+            _vectorize_init(sch, block)
     return sch.mod["main"] if changed else None
