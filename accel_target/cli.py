@@ -105,6 +105,8 @@ def cmd_run(args) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
+    from .target import num_threads  # pylint: disable=import-outside-toplevel
+
     if not os.path.isfile(args.library):
         raise CLIError(f"library {args.library!r} does not exist")
     arrays = []
@@ -122,7 +124,7 @@ def cmd_run(args) -> int:
     if args.output:
         for i, out in enumerate(outputs):
             np.save(args.output if len(outputs) == 1 else f"{os.path.splitext(args.output)[0]}_{i}.npy", out.numpy())
-    threads = tvm.get_global_func("runtime.NumThreads")()
+    threads = num_threads()
     if args.json:
         print(json.dumps({"outputs": shapes, "ms": seconds * 1e3, "threads": threads}))
     else:
@@ -184,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         if json_output:
             sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-        sub.add_argument("--threads", type=int, help="threads for every runtime (default: every core)")
+        sub.add_argument("--threads", type=_positive, help="threads for every runtime (default: every core)")
         sub.set_defaults(handler=handler)
         return sub
 
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("library", help="a library written by 'accel-tvm compile'")
     sub.add_argument("--input", action="append", default=[], required=True, help=".npy file, once per model input, in order")
     sub.add_argument("--output", help="write the output to this .npy file")
-    sub.add_argument("--repeat", type=int, default=10, help="runs to average the time over (default 10)")
+    sub.add_argument("--repeat", type=_positive, default=10, help="runs to average the time over (default 10)")
 
     sub = command("report", cmd_report, "which kernel every op of MODEL gets, and the runtime layout transforms")
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
@@ -211,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
     sub.add_argument("--vs", default="tvm,torch,onnxruntime",
                      help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)")
-    sub.add_argument("--repeat", type=int, default=20, help="timed runs per contender (default 20)")
+    sub.add_argument("--repeat", type=_positive, default=20, help="timed runs per contender (default 20)")
     sub.add_argument("--plot", help="also write a bar chart to this PNG file")
 
     sub = command("tune", cmd_tune, "grid-search the schedule of every accel conv2d of MODEL, save the best")

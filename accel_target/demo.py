@@ -18,6 +18,7 @@ from tvm import relax
 from .benchmark import median_ms
 from .frontend import from_torch
 from .pipeline import build, report
+from .target import num_threads
 
 
 def bundled_model():
@@ -50,10 +51,6 @@ def bundled_model():
     return model.eval(), torch.randn(1, 3, 112, 112)
 
 
-def _time_ms(vm: relax.VirtualMachine, args, number: int) -> float:
-    return vm.time_evaluator("main", tvm.cpu(), number=number, repeat=3)(*args).median * 1e3
-
-
 def run(out=sys.stdout) -> int:
     """Run the demo, print to `out`; return a process exit code (0 when the output matches)."""
     import torch  # pylint: disable=import-outside-toplevel
@@ -73,12 +70,12 @@ def run(out=sys.stdout) -> int:
     ok = error < 1e-4
     print(f"\noutput vs PyTorch: max relative error {error:.1e} ({'ok' if ok else 'MISMATCH'})", file=out)
 
-    threads = tvm.get_global_func("runtime.NumThreads")()
+    threads = num_threads()
     torch.set_num_threads(threads)  # same thread count for every contender
     stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     with torch.inference_mode():
         t_torch = median_ms(lambda: model(x), 20)
-    t_accel, t_stock = _time_ms(vm, args, 20), _time_ms(stock, args, 1)
+    t_accel, t_stock = median_ms(lambda: vm["main"](*args), 20), median_ms(lambda: stock["main"](*args), 3)
     print(f"speed, {threads} threads each: "
           f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
           f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)", file=out)
