@@ -7,7 +7,8 @@
 - the Relax pipeline "accel" (`tvm.compile(..., relax_pipeline="accel")`);
 - TVM's thread pool sized to every core (unless TVM_NUM_THREADS is set).
 
-Whole models: `from_torch` / `from_onnx` -> [`tune`] -> `build` (or `optimize`) -> `report`.
+Whole models: `from_torch` / `from_onnx` -> [`tune`] -> `build` (or `optimize`) -> `report`;
+`save` / `load` a built model (its weights beside the library with ``build(weights="separate")``).
 """
 
 import strategy as _strategy
@@ -15,6 +16,7 @@ from strategy import Decision, StrictModeError, recording, strict
 
 from . import pipeline as _pipeline
 from . import target as _target
+from .deploy import load, save
 from .frontend import from_onnx, from_torch
 from .pipeline import build, optimize, report, tune
 from .report import Report
@@ -34,11 +36,13 @@ __all__ = [
     "host_cores",
     "host_cpu",
     "is_accel",
+    "load",
     "machine",
     "num_threads",
     "optimize",
     "recording",
     "report",
+    "save",
     "strict",
     "target_config",
     "tune",

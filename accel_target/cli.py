@@ -1,6 +1,6 @@
 """accel-tvm: compile, run, report and benchmark models for the accel target.
 
-    accel-tvm compile MODEL -o OUT.so [--input-layout NHWC] [--strict] [--report]
+    accel-tvm compile MODEL -o OUT.so [--input-layout NHWC] [--strict] [--report] [--weights separate]
     accel-tvm run OUT.so --input x.npy [...] [--output y.npy]
     accel-tvm report MODEL
     accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--plot out.png]
@@ -53,34 +53,35 @@ def _load(path: str, input_layout: str | None):
     return mod, _inputs_of(transforms.convert_input_layout(mod, input_layout))
 
 
-def _build(mod, input_layout, strict, tuning_db=None):
+def _build(mod, input_layout, strict, tuning_db=None, weights="embedded"):
     from .pipeline import build  # pylint: disable=import-outside-toplevel
 
     _progress("building for accel (layout conversion, weight folding, kernels, LLVM)")
     started = time.perf_counter()
-    executable = build(mod, input_layout=input_layout, strict=strict, tuning_db=tuning_db)
+    executable = build(mod, input_layout=input_layout, strict=strict, tuning_db=tuning_db, weights=weights)
     _progress(f"built in {time.perf_counter() - started:.1f} s")
     return executable
 
 
 def cmd_compile(args) -> int:
+    from .deploy import save  # pylint: disable=import-outside-toplevel
     from .pipeline import report  # pylint: disable=import-outside-toplevel
 
     mod, inputs = _load(args.model, args.input_layout)
     if args.tuning_db and not os.path.isfile(args.tuning_db):
         raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
-    executable = _build(mod, args.input_layout, args.strict, args.tuning_db)
-    executable.export_library(args.output)
+    executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights)
+    written = save(executable, args.output)
     with open(args.output + ".json", "w") as f:
         json.dump({"model": os.path.abspath(args.model), "input_layout": args.input_layout, "inputs": inputs}, f, indent=2)
     rep = report(executable)
     if args.json:
-        print(json.dumps({"output": args.output, "inputs": inputs, "report": rep.to_dict()}, indent=2))
+        print(json.dumps({"output": args.output, "files": written, "inputs": inputs, "report": rep.to_dict()}, indent=2))
         return 0
     if args.report:
         print(rep)
     k = rep.kernels
-    print(f"wrote {args.output}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
+    print(f"wrote {' and '.join(written)}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
           f"{k.activation_transforms} of activations, {k.weight_transforms} of weights")
     return 0
 
@@ -103,8 +104,8 @@ def _check_inputs(arrays: list[np.ndarray], library: str) -> None:
 
 def cmd_run(args) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
-    from tvm import relax  # pylint: disable=import-outside-toplevel
 
+    from .deploy import load  # pylint: disable=import-outside-toplevel
     from .target import num_threads  # pylint: disable=import-outside-toplevel
 
     if not os.path.isfile(args.library):
@@ -115,11 +116,11 @@ def cmd_run(args) -> int:
             raise CLIError(f"input file {path!r} does not exist")
         arrays.append(np.load(path))
     _check_inputs(arrays, args.library)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(args.library), tvm.cpu())
+    model = load(args.library)
     tensors = [tvm.runtime.tensor(a) for a in arrays]
-    result = vm["main"](*tensors)
+    result = model(*tensors)
     outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
-    seconds = vm.time_evaluator("main", tvm.cpu(), number=args.repeat, repeat=1)(*tensors).mean
+    seconds = model.vm.time_evaluator("main", model.device, number=args.repeat, repeat=1)(*tensors, *model.weights).mean
     shapes = [list(o.shape) for o in outputs]
     if args.output:
         for i, out in enumerate(outputs):
@@ -198,9 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--strict", action="store_true", help="fail instead of falling back to TVM's kernel")
     sub.add_argument("--report", action="store_true", help="print which kernel every op got")
     sub.add_argument("--tuning-db", help="JSON file written by 'accel-tvm tune': its schedules replace the defaults")
+    sub.add_argument("--weights", choices=["embedded", "separate"], default="embedded",
+                     help="keep the weights in the library (default) or write them beside it to OUT.so.params "
+                          "(a code-only library; loading holds one copy of the weights, not several)")
 
     sub = command("run", cmd_run, "run a compiled library on .npy inputs")
-    sub.add_argument("library", help="a library written by 'accel-tvm compile'")
+    sub.add_argument("library", help="a library written by 'accel-tvm compile' (its LIBRARY.params are loaded too)")
     sub.add_argument("--input", action="append", default=[], required=True, help=".npy file, once per model input, in order")
     sub.add_argument("--output", help="write the output to this .npy file")
     sub.add_argument("--repeat", type=_positive, default=10, help="runs to average the time over (default 10)")

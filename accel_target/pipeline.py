@@ -23,6 +23,7 @@ import topi_accel
 from strategy import recording, strict as strict_mode
 from strategy.registry import is_strict, record, suspended
 
+from . import deploy
 from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
 from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 
@@ -196,7 +197,9 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
     return database
 
 
-def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None) -> relax.VMExecutable:
+def build(
+    mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None, weights="embedded"
+) -> relax.VMExecutable:
     """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
 
     mod: IRModule with a Relax `main` (e.g. from `from_torch` / `from_onnx`).
@@ -207,14 +210,23 @@ def build(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, 
     strict: raise StrictModeError instead of falling back to TVM's kernel (None: as
         an enclosing ``with accel_target.strict():`` says, else False).
     tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
+    weights: "embedded" keeps the weights (folded and packed for the kernels) in the
+        executable; "separate" makes them trailing inputs of main, kept in
+        ``executable.accel_weights`` for `deploy.save` to write beside the library.
 
     Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
     which kernel every op got.
     """
+    if weights not in deploy.WEIGHT_MODES:
+        raise ValueError(f"accel build: weights={weights!r} is not supported; supported: {', '.join(deploy.WEIGHT_MODES)}")
     lowered, report = _optimize(mod, params, target, input_layout, strict, tuning_db)
+    lifted = None
+    if weights == "separate":
+        lowered, lifted = deploy.lift_weights(lowered)
     target = tvm.target.Target(target)
     executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
     executable.accel_report = report
+    executable.accel_weights = lifted
     return executable
 
 

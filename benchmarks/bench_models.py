@@ -73,7 +73,10 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
             for contender, run in runners.items():
                 rounds[contender].append(median_ms(run, repeat))
         row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
-        row["accel peak MB"], row["ONNX Runtime peak MB"] = peak_memory(executable, path_onnx, x.numpy(), threads, tmp)
+        # memory of both deployments: weights beside the library, and inside it
+        separate = accel_target.build(mod, weights="separate")
+        row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
+            [separate, executable], path_onnx, x.numpy(), threads, tmp)
 
     if stock_tvm:
         stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
@@ -90,14 +93,19 @@ _HWM = (
     "def _reset_peak():\n    open('/proc/self/clear_refs', 'w').write('5')\n"
 )
 # Each runs in a fresh process: load the model, reset the peak, run it 5 times; prints the peak of
-# the whole process and the peak while running, in MB.
+# the whole process and the peak while running, in MB. accel loads the weights file beside the
+# library when there is one (the recipe of accel_target/deploy.py).
 _MEMORY_SCRIPTS = {
     "accel": (
-        _HWM + "import numpy as np, tvm\nfrom tvm.runtime.vm import VirtualMachine\n"
+        _HWM + "import os, numpy as np, tvm\nfrom tvm.runtime.vm import VirtualMachine\n"
         "vm = VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())\n"
+        "weights = []\n"
+        "if os.path.isfile(sys.argv[1] + '.params'):\n"
+        "    params = tvm.runtime.load_param_dict_from_file(sys.argv[1] + '.params')\n"
+        "    weights = [params[f'w{i}'] for i in range(len(params))]\n"
         "x = tvm.runtime.tensor(np.load(sys.argv[2]))\n"
         "whole = _status('VmHWM'); _reset_peak()\n"
-        "[vm['main'](x) for _ in range(5)]\n"
+        "[vm['main'](x, *weights) for _ in range(5)]\n"
         "print(max(whole, _status('VmHWM')), _status('VmHWM'))"
     ),
     "onnxruntime": (
@@ -115,34 +123,41 @@ _MEMORY_SCRIPTS = {
 _DEPLOYED = {"accel": {"TVM_USE_RUNTIME_LIB": "1"}, "onnxruntime": {}}
 
 
-def peak_memory(executable, path_onnx: str, x: np.ndarray, threads: int, tmp: str) -> tuple[tuple[float, float], tuple[float, float]]:
+def peak_memory(executables: list, path_onnx: str, x: np.ndarray, threads: int, tmp: str) -> list[tuple[float, float]]:
     """(peak RSS of the whole process, peak RSS while running) in MB of a fresh process that
-    loads and runs the model: accel's exported library, then ONNX Runtime."""
-    library, data = os.path.join(tmp, "model.so"), os.path.join(tmp, "x.npy")
-    executable.export_library(library)
+    loads and runs the model: each accel executable saved by accel_target.save, then ONNX Runtime."""
+    data = os.path.join(tmp, "x.npy")
     np.save(data, x)
+    runs = []
+    for i, executable in enumerate(executables):
+        runs.append(("accel", os.path.join(tmp, f"model{i}.so")))
+        accel_target.save(executable, runs[-1][1])
     peaks = []
-    for runtime, model_path in (("accel", library), ("onnxruntime", path_onnx)):
+    for runtime, model_path in runs + [("onnxruntime", path_onnx)]:
         env = dict(os.environ, TVM_NUM_THREADS=str(threads), **_DEPLOYED[runtime])
         out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPTS[runtime], model_path, data, str(threads)],
                              env=env, capture_output=True, text=True, check=True)
         peaks.append(tuple(float(v) for v in out.stdout.split()[-2:]))
-    return peaks[0], peaks[1]
+    return peaks
 
 
 def markdown(rows: list[dict], header: str) -> str:
     names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
     lines = [header, "", "| model | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names[1:])
-             + " | accel compile s | peak MB accel / ORT (while running) | max rel error |", "|---" * (2 * len(names) + 3) + "|"]
+             + " | accel compile s | peak MB accel / ORT (while running) | peak MB accel, weights in the .so | max rel error |",
+             "|---" * (2 * len(names) + 4) + "|"]
     for r in rows:
         times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
         ratios = " | ".join(f"{r[n] / r['accel']:.2f}x" if n in r else "" for n in names[1:])
         (accel_peak, accel_run), (ort_peak, ort_run) = r["accel peak MB"], r["ONNX Runtime peak MB"]
         memory = f"{accel_peak:.0f} / {ort_peak:.0f} ({accel_run:.0f} / {ort_run:.0f})"
-        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {memory} | {r['max rel error']:.1e} |")
+        embedded = "{:.0f} ({:.0f})".format(*r["accel embedded peak MB"])
+        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {memory} | {embedded} "
+                     f"| {r['max rel error']:.1e} |")
     lines += ["", "'vs X' = X's median time / accel's (above 1: accel is faster). Peak MB: peak resident memory of a",
-              "fresh process that loads the model (accel: the exported library, with TVM's runtime library only) and runs",
-              "it 5 times; in brackets, the peak while running (after loading)."]
+              "fresh process that loads the model and runs it 5 times (accel: TVM's runtime library only, the library",
+              "and its weights file from build(weights=\"separate\"); last column: the library with the weights inside);",
+              "in brackets, the peak while running (after loading)."]
     return "\n".join(lines) + "\n"
 
 

@@ -87,6 +87,17 @@ def test_run_command(workdir):
     assert data["outputs"] == [[1, 10]] and data["ms"] > 0
 
 
+def test_compile_with_separate_weights(workdir):
+    d, _ = workdir
+    result = accel_tvm("compile", "cnn.onnx", "-o", "sep.so", "--weights", "separate", "--json", cwd=d)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["files"] == ["sep.so", "sep.so.params"]
+    assert (d / "sep.so").stat().st_size < (d / "cnn.so").stat().st_size  # the weights left the library
+    assert accel_tvm("run", "sep.so", "--input", "x.npy", "--output", "y_sep.npy", cwd=d).returncode == 0
+    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    np.testing.assert_allclose(np.load(d / "y_sep.npy"), reference, rtol=1e-4, atol=1e-5)
+
+
 def test_report_json(workdir):
     d, _ = workdir
     result = accel_tvm("report", "cnn.onnx", "--input-layout", "NHWC", "--json", cwd=d)
