@@ -158,10 +158,6 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
     knobs = cpu_knobs(target)
     two = 2 * knobs.lanes
     if geo.groups == 1:
-        wide = _wide_1x1_tile(geo, knobs)
-        if wide is not None:
-            return Conv2DConfig(oc_block=wide[0], ow_block=wide[1], lanes=knobs.lanes, parallel=knobs.parallel,
-                                channels_outer=_channels_outer(geo))
         # the packed kernel is zero-padded up to a multiple of oc_block: prefer a block of
         # whole vectors that divides the channels (144 -> 48), else two vectors
         whole = [b for b in (two, 3 * knobs.lanes) if geo.out_c % b == 0]
@@ -175,27 +171,6 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
     ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
     return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel,
                         channels_outer=_channels_outer(geo))
-
-
-# A 1x1 conv over many input channels gets a tile of 4 vectors of channels x 7 columns:
-# a step loads 4 weight vectors and 7 broadcasts for 28 FMAs (2 vectors x 7 columns: 9
-# loads for 14 FMAs). With the broadcast register that is one more than AVX-512's 32
-# registers, and LLVM keeps two accumulators in L1 (the stack); it still won: in ResNet-50
-# (builds timed in turns, one process) its 1x1 convs with >= 256 input channels ran
-# 4-10% faster and the model 3.7%. Its 3x3 convs ran slower with this tile.
-WIDE_1X1_VECTORS, WIDE_1X1_COLUMNS = 4, 7
-WIDE_1X1_MIN_IN_CHANNELS = 256
-WIDE_1X1_MIN_REGISTERS = 32  # AVX2's 16 would spill most of the tile
-
-
-def _wide_1x1_tile(geo: Conv2DGeometry, knobs) -> tuple[int, int] | None:
-    """(oc_block, ow_block) of the wide 1x1 tile, or None where it does not apply."""
-    oc_block = WIDE_1X1_VECTORS * knobs.lanes
-    if knobs.registers < WIDE_1X1_MIN_REGISTERS or (geo.kh, geo.kw) != (1, 1):
-        return None
-    if geo.in_c < WIDE_1X1_MIN_IN_CHANNELS or geo.out_c % oc_block:
-        return None
-    return oc_block, pick_block(geo.out_w, WIDE_1X1_COLUMNS)
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2

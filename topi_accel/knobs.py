@@ -16,13 +16,11 @@ class CPUKnobs:
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
     parallel: whether kernels split work across threads (target "num-cores" > 1).
-    registers: vector registers of the target.
     """
 
     lanes: int
     accumulators: int
     parallel: bool
-    registers: int
 
 
 def vector_bits(target: tvm.target.Target) -> int:
@@ -46,9 +44,9 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
         raise ValueError(f"topi_accel: target {target} is not an LLVM CPU target; the accel kernels need one")
     bits = vector_bits(target)
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
-    registers = 32 if bits >= 512 else 16
+    accumulators = 24 if bits >= 512 else 12
     cores = int(target.attrs.get("num-cores", 0) or 0)
-    return CPUKnobs(lanes=bits // 32, accumulators=registers * 3 // 4, parallel=cores != 1, registers=registers)
+    return CPUKnobs(lanes=bits // 32, accumulators=accumulators, parallel=cores != 1)
 
 
 def largest_divisor(n: int, cap: int) -> int:
