@@ -94,13 +94,21 @@ class Deployed:
     """A saved model loaded for running: ``model(*inputs)`` returns what ``main`` returns."""
 
     def __init__(self, library: str | os.PathLike, device=None):
+        if not os.path.isfile(library):
+            raise FileNotFoundError(f"accel load: library {os.fspath(library)!r} does not exist")
         self.device = device or tvm.cpu()
         self.vm = relax.VirtualMachine(tvm.runtime.load_module(os.fspath(library)), self.device)
         path = weights_path(library)
         self.weights: list = []
         if os.path.isfile(path):
             params = tvm.runtime.load_param_dict_from_file(path)
-            self.weights = [params[f"w{i}"] for i in range(len(params))]
+            expected = [f"w{i}" for i in range(len(params))]
+            names = sorted(params.keys())
+            if names != sorted(expected):
+                shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+                raise ValueError(f"accel load: {path!r} holds {shown}; expected the weights "
+                                 f"w0..w{len(params) - 1} that accel_target.save writes")
+            self.weights = [params[name] for name in expected]
 
     def __call__(self, *inputs):
         return self.vm["main"](*inputs, *self.weights)

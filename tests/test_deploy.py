@@ -84,6 +84,15 @@ def test_embedded_save_removes_a_stale_weights_file(cnn, embedded, tmp_path):
     assert_close(accel_target.load(tmp_path / "m.so")(tvm.runtime.tensor(x)).numpy(), ref)
 
 
+def test_load_errors(separate, tmp_path):
+    with pytest.raises(FileNotFoundError, match="library .*nothere.so' does not exist"):
+        accel_target.load(tmp_path / "nothere.so")
+    accel_target.save(separate, tmp_path / "m.so")
+    tvm.runtime.save_param_dict_to_file({"conv.weight": tvm.runtime.tensor(np.zeros(3, "float32"))}, str(tmp_path / "m.so.params"))
+    with pytest.raises(ValueError, match="holds conv.weight; expected the weights w0..w0"):
+        accel_target.load(tmp_path / "m.so")
+
+
 def test_unknown_weights_mode(cnn):
     with pytest.raises(ValueError, match="weights='inside' is not supported; supported: embedded, separate"):
         accel_target.build(cnn[0], weights="inside")
