@@ -120,16 +120,16 @@ def cmd_run(args) -> int:
     tensors = [tvm.runtime.tensor(a) for a in arrays]
     result = model(*tensors)
     outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
-    seconds = model.vm.time_evaluator("main", model.device, number=args.repeat, repeat=1)(*tensors, *model.weights).mean
+    ms = model.time_ms(*tensors, number=args.repeat)
     shapes = [list(o.shape) for o in outputs]
     if args.output:
         for i, out in enumerate(outputs):
             np.save(args.output if len(outputs) == 1 else f"{os.path.splitext(args.output)[0]}_{i}.npy", out.numpy())
     threads = num_threads()
     if args.json:
-        print(json.dumps({"outputs": shapes, "ms": seconds * 1e3, "threads": threads}))
+        print(json.dumps({"outputs": shapes, "ms": ms, "threads": threads}))
     else:
-        print(f"outputs: {', '.join(str(s) for s in shapes)}; {seconds * 1e3:.3f} ms per run ({threads} threads)")
+        print(f"outputs: {', '.join(str(s) for s in shapes)}; {ms:.3f} ms per run ({threads} threads)")
     return 0
 
 

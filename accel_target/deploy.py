@@ -29,6 +29,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .transforms import num_inputs, with_function
+
 WEIGHTS_SUFFIX = ".params"
 WEIGHT_MODES = ("embedded", "separate")
 
@@ -64,13 +66,8 @@ def lift_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tvm.runtime.Tens
     body = lifter.visit_expr(main.body)
     if not lifter.params:
         return mod, []
-    num_input = len(main.params)
-    if main.attrs is not None and "num_input" in main.attrs:
-        num_input = int(main.attrs["num_input"])
     lifted = relax.Function(list(main.params) + lifter.params, body, main.ret_ty, main.is_pure, main.attrs, main.span)
-    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-    out["main"] = lifted.with_attr("num_input", num_input)
-    return out, lifter.values
+    return with_function(mod, "main", lifted.with_attr("num_input", num_inputs(main))), lifter.values
 
 
 def weights_path(library: str | os.PathLike) -> str:
@@ -80,14 +77,15 @@ def weights_path(library: str | os.PathLike) -> str:
 def save(executable: relax.VMExecutable, library: str | os.PathLike) -> list[str]:
     """Export `executable` to `library` (.so) and, if it was built with ``weights="separate"``,
     its weights to ``library + ".params"``. Returns the paths written."""
-    executable.export_library(os.fspath(library))
+    library, params = os.fspath(library), weights_path(library)
+    executable.export_library(library)
     weights = getattr(executable, "accel_weights", None)
     if not weights:
-        if os.path.isfile(weights_path(library)):  # a stale file would be passed to this main
-            os.remove(weights_path(library))
-        return [os.fspath(library)]
-    tvm.runtime.save_param_dict_to_file({f"w{i}": w for i, w in enumerate(weights)}, weights_path(library))
-    return [os.fspath(library), weights_path(library)]
+        if os.path.isfile(params):  # a stale file would be passed to this main
+            os.remove(params)
+        return [library]
+    tvm.runtime.save_param_dict_to_file({f"w{i}": w for i, w in enumerate(weights)}, params)
+    return [library, params]
 
 
 class Deployed:
@@ -104,14 +102,19 @@ class Deployed:
             params = tvm.runtime.load_param_dict_from_file(path)
             expected = [f"w{i}" for i in range(len(params))]
             names = sorted(params.keys())
-            if names != sorted(expected):
+            if set(names) != set(expected):
                 shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
                 raise ValueError(f"accel load: {path!r} holds {shown}; expected the weights "
                                  f"w0..w{len(params) - 1} that accel_target.save writes")
             self.weights = [params[name] for name in expected]
+        self._main = self.vm["main"]
 
     def __call__(self, *inputs):
-        return self.vm["main"](*inputs, *self.weights)
+        return self._main(*inputs, *self.weights)
+
+    def time_ms(self, *inputs, number: int = 10) -> float:
+        """Mean time of `number` runs on `inputs`, in ms (TVM's time_evaluator)."""
+        return self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*inputs, *self.weights).mean * 1e3
 
 
 def load(library: str | os.PathLike, device=None) -> Deployed:

@@ -14,6 +14,8 @@ Small functions return lists of passes (as in relax/backend/cpu_generic):
 
 from __future__ import annotations
 
+import contextlib
+
 import tvm
 from tvm import relax
 from tvm.relax.backend import cpu_generic
@@ -21,7 +23,7 @@ from tvm.relax.backend import cpu_generic
 import strategy.conv2d
 import topi_accel
 from strategy import recording, strict as strict_mode
-from strategy.registry import is_strict, record, suspended
+from strategy.registry import suspended
 
 from . import deploy
 from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
@@ -76,8 +78,10 @@ def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     updates = {}
     for gvar, func in mod.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc):
-            scheduled = topi_accel.inline_epilogue(func)
-            if scheduled is None and parallel:
+            scheduled = None
+            if topi_accel.contains_accel_kernel(func):
+                scheduled = topi_accel.inline_epilogue(func)
+            elif parallel:
                 scheduled = topi_accel.parallelize(func)
             if scheduled is not None:
                 updates[gvar] = scheduled
@@ -164,11 +168,9 @@ def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
     graph = _graph(mod, params, target, input_layout)
     rows = op_rows(graph)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
-    strict = is_strict() if strict is None else strict  # None: as the enclosing strict() block says
-    with target, topi_accel.tuning.using(db), strict_mode(strict), recording() as decisions:
+    strictness = contextlib.nullcontext() if strict is None else strict_mode(strict)  # None: as the enclosing block says
+    with target, topi_accel.tuning.using(db), strictness, recording() as decisions:
         lowered = _sequential(legalize_passes())(graph)
-    for decision in decisions:  # an enclosing recording() block sees them too
-        record(decision)
     return lowered, Report.from_rows(rows, decisions, target.keys)
 
 

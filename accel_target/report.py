@@ -130,11 +130,11 @@ class Report:
         for op, inputs, layouts in rows:
             # the next decision for this op and these inputs (calls outside main's top level,
             # in branches or other functions, have decisions but no row: skip them)
-            d = next((d for d in pending if d.op == op and d.inputs == inputs), None) if op in covered else None
-            if d is None:
+            found = next((i for i, d in enumerate(pending) if d.op == op and d.inputs == inputs), None) if op in covered else None
+            if found is None:
                 out.append(OpRow(op, inputs, layouts, "tvm", "TVM", ""))
                 continue
-            pending = pending[pending.index(d) + 1:]
+            d, pending = pending[found], pending[found + 1:]
             kind = "fallback" if d.fallback else "accel"
             out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
         return Report(tuple(out))

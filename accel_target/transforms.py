@@ -141,7 +141,8 @@ class _LayoutSimplifier(PyExprMutator):
         shape = static_shape(call.args[0])
         if not isinstance(weight, tvm.ir.expr.Constant) or shape is None or len(shape) != 4:
             return None
-        layout, channels = str(attrs.data_layout), shape[str(attrs.data_layout).index("C")]
+        layout = str(attrs.data_layout)
+        channels = shape[layout.index("C")]
         w = constant_array(weight)
         if (
             int(attrs.groups) != channels or w.size != channels or np.any(w != 1)
@@ -238,9 +239,11 @@ class _PadAsConv(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
         call = self.visit_expr_post_order(call)
         padding = _conv_padding_of_pad(call, "NCHW") if _op_name(call) == PAD else None
-        if padding is None or static_shape(call.args[0]) is None or str(call.ty.dtype) not in ("float16", "float32", "float64"):
+        if padding is None:
             return call
         shape, dtype = static_shape(call.args[0]), str(call.ty.dtype)
+        if shape is None or dtype not in ("float16", "float32", "float64"):
+            return call
         ones = relax.const(np.ones((shape[1], 1, 1, 1), dtype))
         return relax.op.nn.conv2d(call.args[0], ones, padding=padding, groups=shape[1])
 
@@ -274,16 +277,14 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     if layout not in SUPPORTED_INPUT_LAYOUTS:
         raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}")
     func = mod[function]
-    perm_to_nchw = permutation(layout, "NCHW")
-    # weights imported as parameters (keep_params_as_input) follow the first num_input inputs
-    num_inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else len(func.params)
+    perm_to_nchw, perm_from_nchw = permutation(layout, "NCHW"), permutation("NCHW", layout)
     new_params, bindings = [], []
     for i, param in enumerate(func.params):
         shape = static_shape(param) if isinstance(param.ty, relax.TensorType) else None
-        if shape is None or len(shape) != 4 or i >= num_inputs:
+        if shape is None or len(shape) != 4 or i >= num_inputs(func):
             new_params.append(param)
             continue
-        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape[i] for i in permutation("NCHW", layout)], param.ty.dtype))
+        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape[axis] for axis in perm_from_nchw], param.ty.dtype))
         new_params.append(new)
         bindings.append(relax.VarBinding(param, relax.op.permute_dims(new, perm_to_nchw)))
     if not bindings:
@@ -291,9 +292,22 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
         raise ValueError(f"input_layout={layout!r} needs a 4-D NCHW image input, but {function}() takes ({shapes})")
     body = relax.SeqExpr([relax.BindingBlock(bindings)] + list(func.body.blocks), func.body.body)
     new_func = relax.Function(new_params, body, func.ret_ty, func.is_pure, func.attrs)
-    mod = mod.__class__(dict(mod.functions_items()), attrs=mod.attrs)
-    mod[function] = new_func
-    return relax.transform.Normalize()(mod)
+    return relax.transform.Normalize()(with_function(mod, function, new_func))
+
+
+def num_inputs(func: relax.Function) -> int:
+    """How many leading parameters of `func` are the model's inputs: its "num_input" attribute
+    (weights imported as parameters, keep_params_as_input, follow them), else all."""
+    if func.attrs is not None and "num_input" in func.attrs:
+        return int(func.attrs["num_input"])
+    return len(func.params)
+
+
+def with_function(mod: tvm.IRModule, name: str, func) -> tvm.IRModule:
+    """A copy of `mod` with `func` as `name` (`mod` itself is left as it is)."""
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    out[name] = func
+    return out
 
 
 _BINARY = {

@@ -56,28 +56,28 @@ def _conv_case(h, c, o, k, stride, groups=1):
     return x, mod, lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=k // 2, groups=groups)
 
 
-CONV_CASES = [(_conv_case, shape, name) for shape, name in zip(RESNET50_CONVS, CONV_IDS)] + [
-    (_conv_case, (h, c, c, 3, s, c), name) for (h, c, s), name in zip(MOBILENET_DEPTHWISE, DW_IDS)
-]
+# (the _conv_case arguments, benchmark group = test id)
+CONV_CASES = list(zip(RESNET50_CONVS, CONV_IDS)) + [((h, c, c, 3, s, c), name) for (h, c, s), name in zip(MOBILENET_DEPTHWISE, DW_IDS)]
+DENSE_CASES = list(zip(DENSE_SHAPES, DENSE_IDS))
 
 
-@pytest.mark.parametrize("make,shape,group", CONV_CASES, ids=[c[2] for c in CONV_CASES])
-def test_accel(benchmark, make, shape, group):
-    x, mod, _ = make(*shape)
+@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
+def test_accel(benchmark, shape, group):
+    x, mod, _ = _conv_case(*shape)
     benchmark.group = group
     benchmark(_vm_call(mod, "accel", [x]))
 
 
-@pytest.mark.parametrize("make,shape,group", CONV_CASES, ids=[c[2] for c in CONV_CASES])
-def test_stock_tvm(benchmark, make, shape, group):
-    x, mod, _ = make(*shape)
+@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
+def test_stock_tvm(benchmark, shape, group):
+    x, mod, _ = _conv_case(*shape)
     benchmark.group = group
     benchmark.pedantic(_vm_call(mod, "llvm", [x]), rounds=2, warmup_rounds=1)
 
 
-@pytest.mark.parametrize("make,shape,group", CONV_CASES, ids=[c[2] for c in CONV_CASES])
-def test_torch(benchmark, make, shape, group):
-    _, _, run = make(*shape)
+@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
+def test_torch(benchmark, shape, group):
+    _, _, run = _conv_case(*shape)
     benchmark.group = group
     with torch.inference_mode():
         benchmark(run)
@@ -87,22 +87,22 @@ def _dense_case(m, k, n):
     return RNG.standard_normal((m, k)).astype("float32"), RNG.standard_normal((k, n)).astype("float32")
 
 
-@pytest.mark.parametrize("shape", DENSE_SHAPES, ids=DENSE_IDS)
-def test_accel_dense(benchmark, shape):
+@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
+def test_accel_dense(benchmark, shape, group):
     x, w = _dense_case(*shape)
-    benchmark.group = "dense {}x{}x{}".format(*shape)
+    benchmark.group = group
     benchmark(_vm_call(matmul_module(x, w, True), "accel", [x]))
 
 
-@pytest.mark.parametrize("shape", DENSE_SHAPES, ids=DENSE_IDS)
-def test_stock_tvm_dense(benchmark, shape):
+@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
+def test_stock_tvm_dense(benchmark, shape, group):
     x, w = _dense_case(*shape)
-    benchmark.group = "dense {}x{}x{}".format(*shape)
+    benchmark.group = group
     benchmark.pedantic(_vm_call(matmul_module(x, w, True), "llvm", [x]), rounds=2, warmup_rounds=1)
 
 
-@pytest.mark.parametrize("shape", DENSE_SHAPES, ids=DENSE_IDS)
-def test_numpy_dense(benchmark, shape):
+@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
+def test_numpy_dense(benchmark, shape, group):
     x, w = _dense_case(*shape)
-    benchmark.group = "dense {}x{}x{}".format(*shape)
+    benchmark.group = group
     benchmark(lambda: x @ w)

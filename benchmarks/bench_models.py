@@ -25,13 +25,12 @@ if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import median_ms, onnxruntime_runner  # noqa: E402
+from accel_target.benchmark import median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
@@ -50,9 +49,8 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     mod = accel_target.from_torch(model, (x,))
     executable = accel_target.build(mod)
     row["accel compile s"] = time.perf_counter() - started
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(x.numpy())]
-    out = vm["main"](*args).numpy()
+    run_accel = vm_runner(executable, [x.numpy()])
+    out = run_accel().numpy()
     row["max rel error"] = float(np.abs(out - reference).max() / np.abs(reference).max())
     if row["max rel error"] > 1e-4:
         raise SystemExit(f"{name}: accel's output differs from PyTorch's by {row['max rel error']:.1e}")
@@ -64,7 +62,7 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
         path_onnx = os.path.join(tmp, f"{name}.onnx")
         torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
-        runners = {"accel": lambda: vm["main"](*args), "PyTorch": run_torch,
+        runners = {"accel": run_accel, "PyTorch": run_torch,
                    "ONNX Runtime": onnxruntime_runner(path_onnx, [x.numpy()], threads)}
         # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
         # falls on all of them alike; each gets the median of its rounds' medians
@@ -79,8 +77,7 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
             [separate, executable], path_onnx, x.numpy(), threads, tmp)
 
     if stock_tvm:
-        stock = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-        row["stock TVM"] = median_ms(lambda: stock["main"](*args), 2)
+        row["stock TVM"] = median_ms(vm_runner(tvm.compile(mod, target="llvm"), [x.numpy()]), 2)
     return row
 
 

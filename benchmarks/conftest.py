@@ -29,10 +29,13 @@ def pytest_collection_modifyitems(items):
     """Run the contenders of one shape one after the other (accel, stock TVM, PyTorch or
     numpy), shape by shape: a noisy spell on this shared machine then falls on one shape's
     contenders alike, not on one contender's every shape."""
+    def shape(item) -> str:
+        return getattr(getattr(item, "callspec", None), "id", item.nodeid)
+
     first_seen: dict[str, int] = {}
     for item in items:
-        first_seen.setdefault(getattr(getattr(item, "callspec", None), "id", item.nodeid), len(first_seen))
-    items.sort(key=lambda item: first_seen[getattr(getattr(item, "callspec", None), "id", item.nodeid)])
+        first_seen.setdefault(shape(item), len(first_seen))
+    items.sort(key=lambda item: first_seen[shape(item)])
 
 
 def machine_line() -> str:

@@ -57,7 +57,7 @@ class StrictModeError(RuntimeError):
 _IMPLEMENTATIONS: dict[str, list[Implementation]] = {}
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_strict", default=False)
 _SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_suspended", default=False)
-_LOG: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_decisions", default=None)
+_LOGS: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar("accel_decisions", default=())
 
 
 def register(op: str, name: str, *, condition: Condition, key: str = "accel", plevel: int = 10):
@@ -128,12 +128,15 @@ def is_suspended() -> bool:
     return _SUSPENDED.get()
 
 
-def recording():
-    """``with recording() as log:`` collects the Decision of every call dispatched in the block."""
-    return _setting(_LOG, [])
+@contextlib.contextmanager
+def recording() -> Iterator[list]:
+    """``with recording() as log:`` collects the Decision of every call dispatched in the block.
+    Blocks nest: a decision goes to the log of every open block."""
+    log: list = []
+    with _setting(_LOGS, _LOGS.get() + (log,)):
+        yield log
 
 
 def record(decision: Decision) -> None:
-    log = _LOG.get()
-    if log is not None:
+    for log in _LOGS.get():
         log.append(decision)

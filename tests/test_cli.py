@@ -52,6 +52,10 @@ def workdir(tmp_path_factory):
     return d, result
 
 
+def _onnxruntime_output(d):
+    return onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+
+
 def test_compile_reports_and_writes_library(workdir):
     d, result = workdir
     assert (d / "cnn.so").is_file()
@@ -72,7 +76,7 @@ def test_library_loads_in_fresh_process_without_our_package(workdir):
         """
     )
     subprocess.run([sys.executable, "-c", code], cwd=d, check=True)
-    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    reference = _onnxruntime_output(d)
     np.testing.assert_allclose(np.load(d / "y_fresh.npy"), reference, rtol=1e-4, atol=1e-5)
 
 
@@ -81,7 +85,7 @@ def test_run_command(workdir):
     result = accel_tvm("run", "cnn.so", "--input", "x.npy", "--output", "y.npy", "--repeat", "3", cwd=d)
     assert result.returncode == 0, result.stderr
     assert "outputs: [1, 10]" in result.stdout and "ms per run" in result.stdout
-    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    reference = _onnxruntime_output(d)
     np.testing.assert_allclose(np.load(d / "y.npy"), reference, rtol=1e-4, atol=1e-5)
     data = json.loads(accel_tvm("run", "cnn.so", "--input", "x.npy", "--json", cwd=d).stdout)
     assert data["outputs"] == [[1, 10]] and data["ms"] > 0
@@ -94,7 +98,7 @@ def test_compile_with_separate_weights(workdir):
     assert json.loads(result.stdout)["files"] == ["sep.so", "sep.so.params"]
     assert (d / "sep.so").stat().st_size < (d / "cnn.so").stat().st_size  # the weights left the library
     assert accel_tvm("run", "sep.so", "--input", "x.npy", "--output", "y_sep.npy", cwd=d).returncode == 0
-    reference = onnxruntime.InferenceSession(str(d / "cnn.onnx")).run(None, {"x": np.load(d / "x.npy")})[0]
+    reference = _onnxruntime_output(d)
     np.testing.assert_allclose(np.load(d / "y_sep.npy"), reference, rtol=1e-4, atol=1e-5)
 
 

@@ -82,8 +82,7 @@ def _conv_pad_pool(value=0.0, mode="constant"):
     """conv2d -> pad (not absorbable: it feeds a pool) -> avg_pool2d, and its numpy/PyTorch result."""
     x, w = rand(1, 3, 6, 6), rand(4, 3, 3, 3)
     conv = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
-    torch_mode = {"constant": "constant", "reflect": "reflect"}[mode]
-    padded = torch.nn.functional.pad(conv, (2, 0, 1, 1), mode=torch_mode, value=value if mode == "constant" else None)
+    padded = torch.nn.functional.pad(conv, (2, 0, 1, 1), mode=mode, value=value if mode == "constant" else None)
     ref = torch.nn.functional.avg_pool2d(padded, 2).numpy()
     mod = single_op_module(
         lambda x, w: relax.op.nn.avg_pool2d(

@@ -16,7 +16,7 @@ from .conv2d import (
     schedule_conv2d_nhwc_ohwi,
     tune_conv2d,
 )
-from .epilogue import inline_epilogue
+from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from . import tuning
 from .dense import (
@@ -52,6 +52,7 @@ __all__ = [
     "dense_config",
     "dense_kn",
     "dense_kn_func",
+    "contains_accel_kernel",
     "inline_epilogue",
     "kernel_pack_map",
     "parallelize",

@@ -21,6 +21,11 @@ def has_accel_block(sch: s_tir.Schedule) -> bool:
     return any(sch.get(b).name_hint in OUTPUT_BLOCKS for b in sch.get_child_blocks(sch.get_sblock("root")))
 
 
+def contains_accel_kernel(func: tirx.PrimFunc) -> bool:
+    """Whether `func` is an accel kernel, with or without an epilogue fused after it."""
+    return has_accel_block(s_tir.Schedule(func))
+
+
 def _inline_intermediates(sch: s_tir.Schedule) -> None:
     """Fold every elementwise block that feeds another (GELU's erf, scale and shift) into
     its consumer, so that the kernel's output has a single chain of consumers."""

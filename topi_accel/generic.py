@@ -18,14 +18,13 @@ import math
 from tvm import ir, s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
-from .epilogue import has_accel_block
-
 # below this many iterations of work a parallel region costs more than it saves
 MIN_PARALLEL_WORK = 4096
 # an innermost loop at least this long stays serial, for LLVM to vectorize
 VECTOR_RUN = 16
 # a reduction over at most this many elements per output is a window (pooling)
 MAX_WINDOW = 64
+_IF_THEN_ELSE = ir.Op.get("prim.if_then_else")
 
 
 def _spatial_prefix(sch: s_tir.Schedule, block) -> list:
@@ -50,16 +49,17 @@ def _is_pad(block: s_tir.SBlock) -> bool:
     body = block.body
     value = body.value if isinstance(body, tirx.BufferStore) else None
     return (
-        isinstance(value, ir.Call) and value.op.same_as(ir.Op.get("prim.if_then_else"))
+        isinstance(value, ir.Call) and value.op.same_as(_IF_THEN_ELSE)
         and isinstance(value.args[1], ir.expr.TensorLoad) and isinstance(value.args[2], (tirx.FloatImm, tirx.IntImm))
     )
 
 
 def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int]) -> bool:
-    """Run a small reduction window outside the innermost spatial loop; whether it did."""
+    """Run a small reduction window (`block` reduces) outside the innermost spatial loop;
+    whether it did."""
     reduction = sch.get_loops(block)[len(spatial):]
     window = _extent(sch, reduction)
-    if not reduction or window > MAX_WINDOW or extents[-1] < VECTOR_RUN or math.prod(extents[:-1]) < 2:
+    if window > MAX_WINDOW or extents[-1] < VECTOR_RUN or math.prod(extents[:-1]) < 2:
         return False  # (a global pool keeps its channels parallel instead)
     try:
         sch.reorder(*reduction, spatial[-1])
@@ -133,13 +133,14 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
 
 
 def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
-    """`func` with the outer spatial loops of its top-level blocks parallel; None if unchanged."""
+    """`func`, one of TVM's own kernels, with the outer spatial loops of its top-level blocks
+    parallel; None if unchanged."""
     sch = s_tir.Schedule(func)
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
     except ScheduleError:  # not a TE-made function
         return None
-    if has_accel_block(sch) or _has_parallel_loop(sch, blocks):  # an accel kernel, or one scheduled by its strategy
+    if _has_parallel_loop(sch, blocks):  # scheduled already (an accel kernel, or by its strategy)
         return None
     if len(blocks) > 1 and not any(_is_pad(sch.get(b)) for b in blocks):
         rowwise = _row_by_row(func)
@@ -165,7 +166,7 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         # an elementwise block or a window reduction keeps a long innermost run out of the
         # parallel loop (LLVM vectorizes it); another reduction parallelizes all its spatial loops
         window = reduces and _window_first(sch, block, loops, extents)
-        keep = 1 if (window or not reduces) and len(loops) > 1 and extents[-1] >= VECTOR_RUN else 0
+        keep = 1 if window or (not reduces and len(loops) > 1 and extents[-1] >= VECTOR_RUN) else 0
         outer = loops[: len(loops) - keep]
         work = _extent(sch, sch.get_loops(block))
         if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:

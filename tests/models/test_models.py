@@ -3,7 +3,6 @@
 import pytest
 import torch
 import tvm
-from tvm import relax
 
 import accel_target
 from tests.helpers import assert_close, run_executable
