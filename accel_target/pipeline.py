@@ -22,7 +22,7 @@ from tvm.relax.backend import cpu_generic
 
 import strategy.conv2d
 import topi_accel
-from strategy import recording, strict as strict_mode
+from strategy import recording, select, strict as strict_mode
 from strategy.registry import suspended
 
 from . import deploy
@@ -175,7 +175,7 @@ def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
 
 
 def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):
-    """Grid-search the schedule of every distinct accel conv2d of `mod`; save the winners in `db`.
+    """Grid-search the schedule of every distinct conv2d_nhwc_ohwi conv of `mod`; save the winners in `db`.
 
     db: path of the JSON tuning database (created, or extended: shapes it holds are skipped).
     limit: at most this many candidates per shape (the heuristic's config is always first).
@@ -186,7 +186,9 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
     database = topi_accel.tuning.TuningDB(db)
     calls = calls_of(graph, ("relax.nn.conv2d",))
     with target:
-        geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in calls if strategy.conv2d.conv2d_condition(c) is None)
+        # the convs conv2d_nhwc_ohwi gets (conv2d_winograd's have nothing to tune)
+        direct = [c for c in calls if getattr(select(c, target.keys)[0], "name", None) == "conv2d_nhwc_ohwi.accel"]
+        geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in direct)
         for i, geo in enumerate(geometries, 1):
             key = topi_accel.conv2d_key(geo, target)
             if database.get(key) is not None:

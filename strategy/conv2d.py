@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import tvm
 from tvm import relax
 
 import topi_accel
 
 from .dispatch import kernel_call
-from .layout import dtype_reason, is_permutation, pack_weight, static_shape, to_layout
+from .layout import constant_array, dtype_reason, is_permutation, pack_weight, permutation, static_shape, to_layout
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
@@ -48,27 +49,54 @@ def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
     )
 
 
+def _nhwc_call(bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func, name: str) -> relax.Expr:
+    """Convert data to NHWC, call kernel `func` (named `name`) on it and the weights from
+    `make_kernel(bb)`, convert the result to out_layout."""
+    attrs = call.attrs
+    data = call.args[0]
+    if str(attrs.data_layout) != "NHWC":
+        data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
+    dtype = str(data.ty.dtype)
+    out = kernel_call(
+        bb, func, name, f"{name}.accel", [data, make_kernel(bb)],
+        relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
+    )
+    if str(attrs.out_layout) == "NHWC":
+        return out
+    return to_layout(bb.emit(out), "NHWC", str(attrs.out_layout), bb)
+
+
 @register("relax.nn.conv2d", "conv2d_nhwc_ohwi.accel", condition=conv2d_condition)
 def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Convert data to NHWC and weights to the packed OHWI kernel layout, call the kernel,
     convert the result to out_layout."""
-    attrs = call.attrs
-    data_layout, kernel_layout, out_layout = str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)
     geo = geometry_of(call)
-    data = call.args[0]
-    if data_layout != "NHWC":
-        data = bb.emit(to_layout(data, data_layout, "NHWC", bb))
-    dtype = str(data.ty.dtype)
     cfg = topi_accel.conv2d_config(geo)
-    kernel = pack_weight(bb, call.args[1], kernel_layout, "OHWI", topi_accel.kernel_pack_map(cfg))
-    out = kernel_call(
-        bb,
-        topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, dtype),
-        "conv2d_nhwc_ohwi",
-        "conv2d_nhwc_ohwi.accel",
-        [data, kernel],
-        relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
+    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype))
+    return _nhwc_call(
+        bb, call, geo,
+        lambda bb: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
+        func, "conv2d_nhwc_ohwi",
     )
-    if out_layout == "NHWC":
-        return out
-    return to_layout(bb.emit(out), "NHWC", out_layout, bb)
+
+
+def winograd_condition(call: relax.Call) -> str | None:
+    """conv2d_winograd.accel takes what conv2d_nhwc_ohwi.accel takes, when the conv is 3x3,
+    stride 1, undilated and ungrouped, its output is large enough for the transforms to pay
+    (topi_accel.winograd_config), and the weights are a constant (transformed at compile time)."""
+    reason = conv2d_condition(call)
+    if reason is not None:
+        return reason
+    if not isinstance(call.args[1], tvm.ir.expr.Constant):
+        return "the weights are not a constant (Winograd transforms them at compile time)"
+    return topi_accel.winograd_condition(geometry_of(call))
+
+
+@register("relax.nn.conv2d", "conv2d_winograd.accel", condition=winograd_condition, plevel=15)
+def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Transform the constant weights now (Winograd's G g G^T, packed), call the kernel."""
+    geo = geometry_of(call)
+    cfg = topi_accel.winograd_config(geo)
+    ohwi = constant_array(call.args[1]).transpose(permutation(str(call.attrs.kernel_layout), "OHWI"))
+    func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype))
+    return _nhwc_call(bb, call, geo, lambda bb: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd")

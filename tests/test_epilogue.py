@@ -3,18 +3,19 @@
 import pytest
 import torch
 from torch import nn
+from tvm import s_tir
 
 import accel_target
 from tests.helpers import assert_close, run_executable
 
 
 class ConvEpilogue(nn.Module):
-    def __init__(self, kind, channels=21):  # 21: a channel tail after 16
+    def __init__(self, kind, channels=21, in_channels=8):  # 21: a channel tail after 16
         super().__init__()
         self.kind = kind
-        self.conv = nn.Conv2d(8, channels, 3, padding=1, bias=kind != "bn")
+        self.conv = nn.Conv2d(in_channels, channels, 3, padding=1, bias=kind != "bn")
         self.bn = nn.BatchNorm2d(channels)
-        self.skip = nn.Conv2d(8, channels, 1)
+        self.skip = nn.Conv2d(in_channels, channels, 1)
 
     def forward(self, x):
         y = self.conv(x)
@@ -49,7 +50,7 @@ def _check(model, x, accel_kernels):
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     calls = accel_target.report(executable).kernels.calls
-    fused = [c for c in calls if "conv2d_nhwc_ohwi" in c or "dense_kn" in c]
+    fused = [c for c in calls if "conv2d_" in c or "dense_kn" in c]
     assert len(fused) == accel_kernels
     return calls
 
@@ -60,6 +61,22 @@ def test_conv_epilogue_is_fused(kind):
     # nothing elementwise runs on its own: only the layout transforms at the model's edges and the kernels
     assert all("conv2d_nhwc_ohwi" in c or c.startswith("transpose") for c in calls), calls
     assert any(c.startswith("fused_conv2d_nhwc_ohwi") for c in calls)
+
+
+@pytest.mark.parametrize("kind", ["bias_relu", "bn", "residual"])
+def test_winograd_conv_epilogue_is_fused_into_its_write_back(kind):
+    """A 3x3 conv with 16 -> 32 channels and a 15x14 output runs on conv2d_winograd (a tail
+    tile in both directions); its epilogue is computed in the inverse transform."""
+    model, x = ConvEpilogue(kind, channels=32, in_channels=16), torch.randn(2, 16, 15, 14)
+    calls = _check(model, x, accel_kernels=2 if kind == "residual" else 1)
+    (kernel,) = [c for c in calls if "conv2d_winograd" in c]
+    assert kernel.startswith("fused_conv2d_winograd")
+    assert all("conv2d_" in c or c.startswith("transpose") for c in calls), calls
+    lowered = accel_target.optimize(accel_target.from_torch(model.eval(), (x,)))
+    (func,) = [f for g, f in lowered.functions_items() if g.name_hint == kernel]
+    sch = s_tir.Schedule(func)
+    stages = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    assert all(name.startswith("conv2d_winograd") for name in stages), stages  # no loop nest of its own
 
 
 @pytest.mark.parametrize("kind", ["bias", "gelu", "relu"])

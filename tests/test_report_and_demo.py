@@ -24,7 +24,9 @@ def test_demo_command_line_checks_output_and_reports():
     result = subprocess.run([sys.executable, "-m", "accel_target", "demo"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert text.count("conv2d_nhwc_ohwi.accel") == 12 and text.count("dense_kn.accel") == 1
+    # 12 convolutions: the three 3x3 stride-1 ones at 14x14 and 28x28 on Winograd
+    assert text.count("conv2d_nhwc_ohwi.accel") == 9 and text.count("conv2d_winograd.accel") == 3
+    assert text.count("dense_kn.accel") == 1
     assert "runtime layout transforms: 1 of activations, 0 of weights" in text
     assert "output vs PyTorch" in text and "(ok)" in text and "stock TVM" in text
     assert "speed, " in text

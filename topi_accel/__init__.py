@@ -32,6 +32,15 @@ from .dense import (
     weight_pack_map,
 )
 from .knobs import CPUKnobs, cpu_knobs
+from .winograd import (
+    WinogradConfig,
+    conv2d_winograd,
+    conv2d_winograd_func,
+    schedule_conv2d_winograd,
+    transform_kernel,
+    winograd_condition,
+    winograd_config,
+)
 
 __all__ = [
     "batch_matmul_config",
@@ -61,4 +70,11 @@ __all__ = [
     "tune_conv2d",
     "tuning",
     "weight_pack_map",
+    "WinogradConfig",
+    "conv2d_winograd",
+    "conv2d_winograd_func",
+    "schedule_conv2d_winograd",
+    "transform_kernel",
+    "winograd_condition",
+    "winograd_config",
 ]

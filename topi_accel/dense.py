@@ -102,10 +102,10 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
 
 def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
     """Schedule a PrimFunc made from `dense_kn` (blocks found by name)."""
-    return _schedule_matmul(func, "dense_kn", n, cfg)
+    return schedule_matmul(func, "dense_kn", n, cfg)
 
 
-def _schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
+def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
     """Register-tile `name`_acc (loops [batch,] i, j, k) and write back `name` from registers."""
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock(f"{name}_acc")
@@ -171,4 +171,4 @@ def batch_matmul_kn_func(bs: int, m: int, k: int, n: int, cfg: DenseConfig, dtyp
     a = te.placeholder((bs, m, k), dtype, name="a")
     b = te.placeholder((bs, k, n), dtype, name="b")
     out = batch_matmul_kn(a, b, cfg)
-    return _schedule_matmul(te.create_prim_func([a, b, out], index_dtype_override="int64"), "batch_matmul_kn", n, cfg)
+    return schedule_matmul(te.create_prim_func([a, b, out], index_dtype_override="int64"), "batch_matmul_kn", n, cfg)

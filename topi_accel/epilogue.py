@@ -13,7 +13,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 # write-back blocks of the accel computes (each compute's output tensor is named after it)
-OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "dense_kn", "batch_matmul_kn")
+OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "conv2d_winograd", "dense_kn", "batch_matmul_kn")
 
 
 def has_accel_block(sch: s_tir.Schedule) -> bool:

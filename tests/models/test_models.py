@@ -10,6 +10,7 @@ from tests.models.zoo import MODELS, make
 
 pytestmark = pytest.mark.slow
 IMAGE_MODELS = [name for name, (_, _, image) in MODELS.items() if image]
+CONV_KERNELS = {"conv2d_nhwc_ohwi.accel": "conv2d_nhwc_ohwi", "conv2d_winograd.accel": "conv2d_winograd"}
 
 
 def _executable_calls(executable, prefix: str) -> int:
@@ -24,10 +25,11 @@ def _check_report(executable, report):
     convs = [r for r in rows if r.op == "relax.nn.conv2d"]
     dense = [r for r in rows if r.op == "relax.matmul" and len(r.inputs) == 2 and r.inputs[1].count(",") == 1]
     # every conv2d and every dense with a 2-D weight on an accel kernel
-    assert all(r.kind == "accel" and r.kernel == "conv2d_nhwc_ohwi.accel" for r in convs)
+    assert all(r.kind == "accel" and r.kernel in CONV_KERNELS for r in convs)
     assert all(r.kind == "accel" and r.kernel == "dense_kn.accel" for r in dense)
     # the report agrees with what the executable calls
-    assert _executable_calls(executable, "conv2d_nhwc_ohwi") == len(convs)
+    for implementation, kernel in CONV_KERNELS.items():
+        assert _executable_calls(executable, kernel) == sum(r.kernel == implementation for r in convs)
     assert _executable_calls(executable, "dense_kn") == len(dense)
     batched = [r for r in rows if r.kernel == "batch_matmul_kn.accel"]
     assert _executable_calls(executable, "batch_matmul_kn") == len(batched)

@@ -1,4 +1,4 @@
-"""relax.nn.conv2d under Target("accel"): every plain layout runs on conv2d_nhwc_ohwi."""
+"""relax.nn.conv2d under Target("accel"): every plain layout runs on conv2d_nhwc_ohwi or conv2d_winograd."""
 
 import numpy as np
 import pytest
@@ -56,10 +56,15 @@ def test_conv2d_layouts_run_on_accel_kernel(layouts, attrs, const_weight):
     with accel_target.recording() as log:
         out = run_relax(mod, inputs)
     assert_close(out, ref)
-    assert [d.implementation for d in log] == ["conv2d_nhwc_ohwi.accel"]
+    # the 3x3 stride-1 case runs on Winograd when its weights are constants
+    winograd = const_weight and attrs == ATTR_CASES[0]
+    implementation = "conv2d_winograd.accel" if winograd else "conv2d_nhwc_ohwi.accel"
+    assert [d.implementation for d in log] == [implementation]
+    if attrs == ATTR_CASES[0] and not const_weight:
+        assert dict(log[0].skipped)["conv2d_winograd.accel"] == "the weights are not a constant (Winograd transforms them at compile time)"
 
     kernels = called_kernels(legalized(mod))
-    assert sum(name.startswith("conv2d_nhwc_ohwi") for name in kernels) == 1
+    assert sum(name.startswith(implementation.split(".")[0]) for name in kernels) == 1
     # activations: one visible transpose per side not in NHWC
     assert sum(name.startswith("transpose") for name in kernels) == (layouts[0] != "NHWC") + (layouts[2] != "NHWC")
     # weights: packed at compile time when constant, by one visible layout_transform otherwise
@@ -67,9 +72,10 @@ def test_conv2d_layouts_run_on_accel_kernel(layouts, attrs, const_weight):
     assert len(kernels) == 1 + (layouts[0] != "NHWC") + (layouts[2] != "NHWC") + (not const_weight)
 
 
-def test_accel_primfunc_named_after_compute_and_tagged():
-    mod, _, _ = _case(LAYOUT_CASES[0], ATTR_CASES[0], True)
+@pytest.mark.parametrize("attrs, kernel", [(ATTR_CASES[0], "conv2d_winograd"), (ATTR_CASES[1], "conv2d_nhwc_ohwi")])
+def test_accel_primfunc_named_after_compute_and_tagged(attrs, kernel):
+    mod, _, _ = _case(LAYOUT_CASES[0], attrs, True)
     lowered = legalized(mod)
     (gvar,) = [g for g in lowered.functions if g.name_hint.startswith("conv2d")]
-    assert "conv2d_nhwc_ohwi" in gvar.name_hint
-    assert lowered[gvar].attrs["accel.impl"] == "conv2d_nhwc_ohwi.accel"
+    assert kernel in gvar.name_hint
+    assert lowered[gvar].attrs["accel.impl"] == f"{kernel}.accel"

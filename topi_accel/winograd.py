@@ -1,0 +1,218 @@
+"""conv2d_winograd: 3x3 stride-1 convolution by Winograd's minimal filtering F(m x m, 3 x 3).
+
+A direct 3x3 convolution spends 9 multiply-adds per output and input channel;
+F(m x m, 3 x 3) spends (m + 2)^2 / m^2 (F(2x2): 4, F(4x4): 2.25) plus transforms
+that only add. With ``alpha = m + 2`` and TVM's Cook-Toom matrices A, B, G
+(`tvm.topi.nn.winograd_util`), one output tile is ``A^T [U (.) (B^T d B)] A``
+for the ``alpha x alpha`` input tile d, where ``U = G g G^T`` is the 3x3
+kernel g transformed once, at compile time (`transform_kernel`, numpy).
+
+The kernel is one PrimFunc of four stages, each split across the threads:
+"conv2d_winograd_pad" (zero border, covering whole tiles),
+"conv2d_winograd_data" (B^T d B of every tile: [alpha^2, tiles, C]),
+"conv2d_winograd_gemm" (alpha^2 independent [tiles, C] x [C, O] products, register
+tiled like dense_kn, reading U packed as [alpha^2, O/nb, C, nb]) and
+"conv2d_winograd" (A^T M A, written as NHWC [N, H, W, O]; elementwise epilogues
+are inlined into it like into every accel kernel's write-back).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx, topi
+from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+
+from .conv2d import Conv2DGeometry
+from .dense import schedule_matmul
+from .knobs import cpu_knobs, pick_block, round_up
+from .tiles import vectorize_inner
+
+SUPPORTED_TILES = (2, 4)
+KERNEL_SIZE = 3
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """Schedule knobs: output tile side m, tiles x output channels of the GEMM's
+    register tile, float32 vector lanes, whether to use threads."""
+
+    tile: int
+    m_block: int
+    n_block: int
+    lanes: int
+    parallel: bool = True
+
+    @property
+    def alpha(self) -> int:
+        return self.tile + KERNEL_SIZE - 1
+
+
+# Output tile per output size, measured on ResNet-50's 3x3 convs against conv2d_nhwc_ohwi
+# (2 threads, hot / after evicting the caches): F(4x4) at 56x56x64 (0.41 / 0.79 ms vs 0.71 /
+# 1.06) and 28x28x128 (0.34 / 0.65 vs 0.70 / 1.18); F(2x2) at 14x14x256 (0.44 / 0.69 vs 0.78 /
+# 0.90). Below, the transformed weights ((m + 2)^2 / 9 times the direct kernel's) serve too
+# few tiles: 7x7x512 is no faster hot and slower cold, the 17-37 MB weights coming from memory.
+TILE_BY_OUTPUT_PIXELS = ((28 * 28, 4), (14 * 14, 2))
+
+
+def winograd_tile(geo: Conv2DGeometry) -> int | None:
+    """The output tile side for `geo` by TILE_BY_OUTPUT_PIXELS, None below its smallest size."""
+    pixels = geo.out_h * geo.out_w
+    return next((tile for least, tile in TILE_BY_OUTPUT_PIXELS if pixels >= least), None)
+
+
+def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> str | None:
+    """None when conv2d_winograd can compute `geo` and should, else why not."""
+    lanes = cpu_knobs(target).lanes
+    if (geo.kh, geo.kw) != (KERNEL_SIZE, KERNEL_SIZE):
+        return f"kernel {geo.kh}x{geo.kw} is not 3x3"
+    if geo.stride != (1, 1) or geo.dilation != (1, 1):
+        return f"strides {geo.stride} and dilation {geo.dilation} are not (1, 1)"
+    if geo.groups != 1:
+        return f"groups={geo.groups} is not 1"
+    if geo.in_c % lanes or geo.out_c % lanes:
+        return f"channels {geo.in_c}->{geo.out_c} are not multiples of {lanes}"
+    if winograd_tile(geo) is None:
+        least = TILE_BY_OUTPUT_PIXELS[-1][0]
+        return f"output {geo.out_h}x{geo.out_w} has fewer than {least} pixels (the direct kernel is faster)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A [alpha, m], B [alpha, alpha], G [alpha, 3]) of F(m x m, 3 x 3), float64."""
+    if tile not in SUPPORTED_TILES:
+        raise ValueError(f"conv2d_winograd: tile {tile} is not supported; supported: {SUPPORTED_TILES}")
+    return _cook_toom_convolution(_interpolation_points(tile + KERNEL_SIZE - 2), tile, KERNEL_SIZE)
+
+
+def winograd_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> WinogradConfig:
+    """Output tile by `winograd_tile`, the GEMM's register tile as dense_kn's."""
+    knobs = cpu_knobs(target)
+    tile = winograd_tile(geo) or SUPPORTED_TILES[0]
+    tiles = geo.batch * -(-geo.out_h // tile) * -(-geo.out_w // tile)
+    n_block = 2 * knobs.lanes if geo.out_c % (2 * knobs.lanes) == 0 else knobs.lanes
+    rows = max(knobs.accumulators // (n_block // knobs.lanes), 1)
+    return WinogradConfig(tile=tile, m_block=pick_block(tiles, min(rows, 8)), n_block=n_block,
+                          lanes=knobs.lanes, parallel=knobs.parallel)
+
+
+def transform_kernel(kernel_ohwi: np.ndarray, cfg: WinogradConfig) -> np.ndarray:
+    """U = G g G^T of an OHWI 3x3 kernel, packed [alpha^2, O/nb, I, nb] (float32)."""
+    _, _, g = winograd_matrices(cfg.tile)
+    o, kh, kw, i = kernel_ohwi.shape
+    if (kh, kw) != (KERNEL_SIZE, KERNEL_SIZE) or o % cfg.n_block:
+        raise ValueError(f"conv2d_winograd: kernel {list(kernel_ohwi.shape)} is not OHWI 3x3 with O a multiple of {cfg.n_block}")
+    u = np.einsum("ak,bl,okli->abio", g, g, kernel_ohwi.astype(np.float64))  # [alpha, alpha, I, O]
+    u = u.reshape(cfg.alpha ** 2, i, o // cfg.n_block, cfg.n_block).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(u, dtype=kernel_ohwi.dtype)
+
+
+def _entry(matrix: np.ndarray, row, col: int):
+    """matrix[row, col] for a symbolic `row` (folded to a constant once `row`'s loop is unrolled)."""
+    value = tirx.const(0.0, "float32")
+    for r in range(matrix.shape[0]):
+        if matrix[r, col] != 0:
+            value = tirx.Select(row == r, tirx.const(float(matrix[r, col]), "float32"), value)
+    return value
+
+
+def _grid(geo: Conv2DGeometry, cfg: WinogradConfig) -> tuple[int, int]:
+    return -(-geo.out_h // cfg.tile), -(-geo.out_w // cfg.tile)
+
+
+def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: WinogradConfig) -> te.Tensor:
+    """Convolution of NHWC data with a kernel transformed by `transform_kernel`.
+
+    data: 4-D NHWC [batch, in_height, in_width, in_channel].
+    packed_kernel: 4-D [alpha^2, out_channel / nb, in_channel, nb].
+    Returns 4-D NHWC [batch, out_height, out_width, out_channel] named "conv2d_winograd".
+    """
+    m, alpha = cfg.tile, cfg.alpha
+    a_mat, b_mat, _ = winograd_matrices(m)
+    n_h, n_w = _grid(geo, cfg)
+    tiles = geo.batch * n_h * n_w
+    expected = (alpha * alpha, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block)
+    if tuple(int(v) for v in packed_kernel.shape) != expected:
+        raise ValueError(f"conv2d_winograd: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}")
+    pt, pl = geo.pad[0], geo.pad[1]
+    after_h = (n_h - 1) * m + alpha - geo.in_h - pt
+    after_w = (n_w - 1) * m + alpha - geo.in_w - pl
+    padded = topi.nn.pad(data, [0, pt, pl, 0], [0, after_h, after_w, 0], name="conv2d_winograd_pad")
+
+    def tile_of(p):
+        return p // (n_h * n_w), (p // n_w) % n_h * m, p % n_w * m
+
+    def transformed(e, p, c):  # B^T d B at (e // alpha, e % alpha)
+        n, y, x = tile_of(p)
+        terms = [
+            _entry(b_mat.T, e // alpha, a) * _entry(b_mat.T, e % alpha, b) * padded[n, y + a, x + b, c]
+            for a in range(alpha) for b in range(alpha)
+        ]
+        return functools.reduce(lambda s, t: s + t, terms)
+
+    data_t = te.compute((alpha * alpha, tiles, geo.in_c), transformed, name="conv2d_winograd_data")
+    nb, last = cfg.n_block, tiles - 1
+    rc = te.reduce_axis((0, geo.in_c), name="rc")
+    acc = te.compute(
+        (alpha * alpha, round_up(tiles, cfg.m_block), geo.out_c),
+        lambda e, p, o: te.sum(data_t[e, tirx.min(p, last), rc] * packed_kernel[e, o // nb, rc, o % nb], axis=rc),
+        name="conv2d_winograd_gemm_acc",
+    )
+    product = te.compute((alpha * alpha, tiles, geo.out_c), lambda e, p, o: acc[e, p, o], name="conv2d_winograd_gemm")
+
+    def inverse(n, h, w, o):  # A^T M A at (h % m, w % m)
+        p = (n * n_h + h // m) * n_w + w // m
+        terms = [
+            _entry(a_mat.T, h % m, a) * _entry(a_mat.T, w % m, b) * product[a * alpha + b, p, o]
+            for a in range(alpha) for b in range(alpha)
+        ]
+        return functools.reduce(lambda s, t: s + t, terms)
+
+    return te.compute((geo.batch, geo.out_h, geo.out_w, geo.out_c), inverse, name="conv2d_winograd")
+
+
+def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: WinogradConfig) -> tirx.PrimFunc:
+    """Schedule a PrimFunc made from `conv2d_winograd` (blocks found by name)."""
+    lanes, m = cfg.lanes, cfg.tile
+    # the alpha^2 products: register tiles as dense_kn's, parallel over (plane, column block, row block)
+    sch = s_tir.Schedule(schedule_matmul(func, "conv2d_winograd_gemm", geo.out_c, cfg))
+    parallel = sch.parallel if cfg.parallel else (lambda loop: None)
+
+    pad = sch.get_sblock("conv2d_winograd_pad")
+    loops = sch.get_loops(pad)
+    parallel(sch.fuse(loops[0], loops[1]))
+    vectorize_inner(sch, pad, lanes)
+
+    data_t = sch.get_sblock("conv2d_winograd_data")
+    e, p, c = sch.get_loops(data_t)
+    co, ci = sch.split(c, [None, lanes])
+    sch.reorder(p, co, e, ci)
+    parallel(p)
+    sch.unroll(e)
+    sch.vectorize(ci)
+
+    out = sch.get_sblock("conv2d_winograd")
+    n, h, w, o = sch.get_loops(out)
+    ho, hi = sch.split(h, [None, m])
+    wo, wi = sch.split(w, [None, m])
+    oo, oi = sch.split(o, [None, lanes])
+    sch.reorder(n, ho, wo, oo, hi, wi, oi)
+    parallel(sch.fuse(n, ho))
+    sch.unroll(hi)
+    sch.unroll(wi)
+    sch.vectorize(oi)
+    return sch.mod["main"]
+
+
+@functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
+def conv2d_winograd_func(geo: Conv2DGeometry, cfg: WinogradConfig, dtype: str = "float32") -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
+    data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
+    kernel = te.placeholder((cfg.alpha ** 2, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block), dtype, name="packed_kernel")
+    out = conv2d_winograd(data, kernel, geo, cfg)
+    return schedule_conv2d_winograd(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)
