@@ -132,6 +132,11 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     packed_kernel: 4-D [alpha^2, out_channel / nb, in_channel, nb].
     Returns 4-D NHWC [batch, out_height, out_width, out_channel] named "conv2d_winograd".
     """
+    if (geo.kh, geo.kw, geo.stride, geo.dilation, geo.groups) != (KERNEL_SIZE, KERNEL_SIZE, (1, 1), (1, 1), 1):
+        raise ValueError(
+            f"conv2d_winograd: kernel {geo.kh}x{geo.kw}, strides {geo.stride}, dilation {geo.dilation}, groups "
+            f"{geo.groups} are not supported; supported: 3x3, strides (1, 1), dilation (1, 1), groups 1"
+        )
     m, alpha = cfg.tile, cfg.alpha
     a_mat, b_mat, _ = winograd_matrices(m)
     n_h, n_w = _grid(geo, cfg)

@@ -88,3 +88,13 @@ def test_transform_kernel_rejects_other_kernels():
         cfg = topi_accel.winograd_config(topi_accel.conv2d_geometry((1, 28, 28, 32), (32, 3, 3, 32), 1, 1))
     with pytest.raises(ValueError, match=r"conv2d_winograd: kernel \[32, 5, 5, 32\] is not OHWI 3x3"):
         topi_accel.transform_kernel(rand(32, 5, 5, 32), cfg)
+
+
+def test_compute_rejects_convs_it_cannot_do():
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv2d_geometry((1, 16, 16, 16), (16, 3, 3, 16), 2, 1)
+        cfg = topi_accel.winograd_config(geo)
+    data = tvm.te.placeholder((1, 16, 16, 16), name="data")
+    kernel = tvm.te.placeholder((cfg.alpha ** 2, 1, 16, 16), name="kernel")
+    with pytest.raises(ValueError, match=r"conv2d_winograd: .*strides \(2, 2\).*supported: 3x3, strides \(1, 1\)"):
+        topi_accel.conv2d_winograd(data, kernel, geo, cfg)
