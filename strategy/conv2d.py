@@ -51,14 +51,14 @@ def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
 
 def _nhwc_call(bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func, name: str) -> relax.Expr:
     """Convert data to NHWC, call kernel `func` (named `name`) on it and the weights from
-    `make_kernel(bb)`, convert the result to out_layout."""
+    `make_kernel()` (emitted after the data's transpose), convert the result to out_layout."""
     attrs = call.attrs
     data = call.args[0]
     if str(attrs.data_layout) != "NHWC":
         data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
     dtype = str(data.ty.dtype)
     out = kernel_call(
-        bb, func, name, f"{name}.accel", [data, make_kernel(bb)],
+        bb, func, name, f"{name}.accel", [data, make_kernel()],
         relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
     )
     if str(attrs.out_layout) == "NHWC":
@@ -75,7 +75,7 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
     func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype))
     return _nhwc_call(
         bb, call, geo,
-        lambda bb: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
+        lambda: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
         func, "conv2d_nhwc_ohwi",
     )
 
@@ -83,7 +83,7 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
 def winograd_condition(call: relax.Call) -> str | None:
     """conv2d_winograd.accel takes what conv2d_nhwc_ohwi.accel takes, when the conv is 3x3,
     stride 1, undilated and ungrouped, its output is large enough for the transforms to pay
-    (topi_accel.winograd_config), and the weights are a constant (transformed at compile time)."""
+    (topi_accel.winograd_condition), and the weights are a constant (transformed at compile time)."""
     reason = conv2d_condition(call)
     if reason is not None:
         return reason
@@ -99,4 +99,4 @@ def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     cfg = topi_accel.winograd_config(geo)
     ohwi = constant_array(call.args[1]).transpose(permutation(str(call.attrs.kernel_layout), "OHWI"))
     func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype))
-    return _nhwc_call(bb, call, geo, lambda bb: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd")
+    return _nhwc_call(bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd")

@@ -27,8 +27,8 @@ from tvm import s_tir, te, tirx, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
 from .conv2d import Conv2DGeometry
-from .dense import schedule_matmul
-from .knobs import cpu_knobs, pick_block, round_up
+from .dense import batch_matmul_config, schedule_matmul
+from .knobs import cpu_knobs, round_up
 from .tiles import vectorize_inner
 
 SUPPORTED_TILES = (2, 4)
@@ -65,15 +65,23 @@ def winograd_tile(geo: Conv2DGeometry) -> int | None:
     return next((tile for least, tile in TILE_BY_OUTPUT_PIXELS if pixels >= least), None)
 
 
-def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> str | None:
-    """None when conv2d_winograd can compute `geo` and should, else why not."""
-    lanes = cpu_knobs(target).lanes
+def _unsupported(geo: Conv2DGeometry) -> str | None:
+    """Why the compute cannot do `geo` (not 3x3, strided, dilated or grouped), or None."""
     if (geo.kh, geo.kw) != (KERNEL_SIZE, KERNEL_SIZE):
         return f"kernel {geo.kh}x{geo.kw} is not 3x3"
     if geo.stride != (1, 1) or geo.dilation != (1, 1):
         return f"strides {geo.stride} and dilation {geo.dilation} are not (1, 1)"
     if geo.groups != 1:
         return f"groups={geo.groups} is not 1"
+    return None
+
+
+def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> str | None:
+    """None when conv2d_winograd can compute `geo` and should, else why not."""
+    lanes = cpu_knobs(target).lanes
+    reason = _unsupported(geo)
+    if reason is not None:
+        return reason
     if geo.in_c % lanes or geo.out_c % lanes:
         return f"channels {geo.in_c}->{geo.out_c} are not multiples of {lanes}"
     if winograd_tile(geo) is None:
@@ -91,14 +99,12 @@ def winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def winograd_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> WinogradConfig:
-    """Output tile by `winograd_tile`, the GEMM's register tile as dense_kn's."""
-    knobs = cpu_knobs(target)
+    """Output tile by `winograd_tile`; the products' register tile is batch_matmul_kn's for
+    [tiles, C] x [C, O]."""
     tile = winograd_tile(geo) or SUPPORTED_TILES[0]
-    tiles = geo.batch * -(-geo.out_h // tile) * -(-geo.out_w // tile)
-    n_block = 2 * knobs.lanes if geo.out_c % (2 * knobs.lanes) == 0 else knobs.lanes
-    rows = max(knobs.accumulators // (n_block // knobs.lanes), 1)
-    return WinogradConfig(tile=tile, m_block=pick_block(tiles, min(rows, 8)), n_block=n_block,
-                          lanes=knobs.lanes, parallel=knobs.parallel)
+    n_h, n_w = _grid(geo, tile)
+    gemm = batch_matmul_config(geo.batch * n_h * n_w, geo.out_c, target)
+    return WinogradConfig(tile, gemm.m_block, gemm.n_block, gemm.lanes, gemm.parallel)
 
 
 def transform_kernel(kernel_ohwi: np.ndarray, cfg: WinogradConfig) -> np.ndarray:
@@ -121,8 +127,9 @@ def _entry(matrix: np.ndarray, row, col: int):
     return value
 
 
-def _grid(geo: Conv2DGeometry, cfg: WinogradConfig) -> tuple[int, int]:
-    return -(-geo.out_h // cfg.tile), -(-geo.out_w // cfg.tile)
+def _grid(geo: Conv2DGeometry, tile: int) -> tuple[int, int]:
+    """Tiles down and across the output."""
+    return -(-geo.out_h // tile), -(-geo.out_w // tile)
 
 
 def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: WinogradConfig) -> te.Tensor:
@@ -132,14 +139,12 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     packed_kernel: 4-D [alpha^2, out_channel / nb, in_channel, nb].
     Returns 4-D NHWC [batch, out_height, out_width, out_channel] named "conv2d_winograd".
     """
-    if (geo.kh, geo.kw, geo.stride, geo.dilation, geo.groups) != (KERNEL_SIZE, KERNEL_SIZE, (1, 1), (1, 1), 1):
-        raise ValueError(
-            f"conv2d_winograd: kernel {geo.kh}x{geo.kw}, strides {geo.stride}, dilation {geo.dilation}, groups "
-            f"{geo.groups} are not supported; supported: 3x3, strides (1, 1), dilation (1, 1), groups 1"
-        )
+    reason = _unsupported(geo)
+    if reason is not None:
+        raise ValueError(f"conv2d_winograd: {reason}; supported: 3x3, strides (1, 1), dilation (1, 1), groups 1")
     m, alpha = cfg.tile, cfg.alpha
     a_mat, b_mat, _ = winograd_matrices(m)
-    n_h, n_w = _grid(geo, cfg)
+    n_h, n_w = _grid(geo, m)
     tiles = geo.batch * n_h * n_w
     expected = (alpha * alpha, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block)
     if tuple(int(v) for v in packed_kernel.shape) != expected:

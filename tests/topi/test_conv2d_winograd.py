@@ -80,6 +80,10 @@ def test_winograd_condition_names_what_it_does_not_take(data, kernel, kwargs, re
     with tvm.target.Target("accel"):
         geo = topi_accel.conv2d_geometry(data, kernel, **kwargs)
         assert reason in topi_accel.winograd_condition(geo)
+
+
+def test_winograd_condition_takes_a_resnet_3x3():
+    with tvm.target.Target("accel"):
         assert topi_accel.winograd_condition(topi_accel.conv2d_geometry((1, 28, 28, 64), (64, 3, 3, 64), 1, 1)) is None
 
 
