@@ -84,9 +84,9 @@ def _has_parallel_loop(sch: s_tir.Schedule, blocks) -> bool:
 
 
 def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """`func` with each reduction over a long innermost axis split into VECTOR_RUN partial
-    results (rfactor) that LLVM vectorizes: a float sum or max does not vectorize as
-    written, its order being fixed. 1.4x on layer norm over 768."""
+    """`func` with each reduction over a long innermost axis split into (up to VECTOR_RUN)
+    partial results (rfactor), contiguous per row, that `_lanes_innermost` vectorizes: a
+    float sum or max does not vectorize as written, its order being fixed."""
     sch = s_tir.Schedule(func)
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         loops = sch.get_loops(block)
@@ -97,13 +97,21 @@ def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if not isinstance(extent, tirx.IntImm) or int(extent) < 4 * VECTOR_RUN or int(extent) % VECTOR_RUN:
             continue
         try:
-            _, lanes = sch.split(loops[-1], [None, VECTOR_RUN])
-            partial = sch.rfactor(lanes, 0)
-            *_, lane_loop, outer_loop = sch.get_loops(partial)
-            sch.reorder(outer_loop, lane_loop)
+            # 16 lanes over 768 (layer norm) is 1.2x faster than 8; 8 over 128 (softmax) 1.6x faster than 16
+            _, lanes = sch.split(loops[-1], [None, min(VECTOR_RUN, int(extent) // VECTOR_RUN)])
+            sch.rfactor(lanes, len(spatial))  # the lanes last in the partial buffer: one vector per row
         except ScheduleError:
             return func
     return sch.mod["main"]
+
+
+def _lanes_innermost(sch: s_tir.Schedule, block) -> None:
+    """Run a partial-result block's reduction outside its lane loop and vectorize the lanes
+    (compute_at makes the loops in block-variable order: the lanes first). 4.7x on BERT's
+    layer norm (128 rows of 768: 91 -> 19 us on 2 threads), 1.1x on its softmax."""
+    lane, *reduction = sch.get_loops(block)[1:]
+    sch.reorder(*reduction, lane)
+    sch.vectorize(lane)
 
 
 def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
@@ -123,6 +131,8 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     try:
         for block in reversed(blocks[:-1]):
             sch.compute_at(block, row)
+            if sch.get(block).name_hint.endswith("_rf"):  # rfactor's partial results
+                _lanes_innermost(sch, block)
             per_row = _extent(sch, sch.get_loops(block)[1:])
             if per_row * rows > 2 * work[sch.get(block).name_hint]:
                 return None  # each row needs much more than its share: recomputation
