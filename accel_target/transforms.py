@@ -14,8 +14,11 @@
   pad it is (see `PadAsConv`, which creates them around ConvertLayout);
 - broadcast_to that changes nothing, and a matmul weight broadcast over the
   batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight;
-- an elementwise activation of a reshape into the reshape of the activation,
-  so that it follows the dense kernel directly and becomes its epilogue.
+- an elementwise op of a reshape (an activation, an op with a scalar such as
+  attention's scaling, or ``a + reshape(y)`` with operands of one shape: a
+  residual add after a dense layer on flattened rows) into the reshape of the
+  op (``reshape(reshape(a) + y)``), so that it follows the kernel directly and
+  becomes its epilogue.
 
 `PadAsConv` carries the other spatial zero pads through ConvertLayout.
 `convert_input_layout` gives main channels-last image inputs.
@@ -44,6 +47,8 @@ BROADCAST = "relax.broadcast_to"
 UNARY_ELEMENTWISE = {
     "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.erf",
 }
+# and of two: f(reshape(x), c) == reshape(f(x, c)) for a scalar c, f(reshape(x), y) == reshape(f(x, reshape(y)))
+BINARY_ELEMENTWISE = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
 
 
 def _rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
@@ -105,16 +110,44 @@ class _LayoutSimplifier(PyExprMutator):
             return self._clip(call)
         if name == BROADCAST and static_shape(call.args[0]) == static_shape(call):
             return call.args[0]
-        reshape = _bound(self, call.args[0]) if name in UNARY_ELEMENTWISE else None
-        if _op_name(reshape) == RESHAPE and static_shape(call):
-            inner = self.builder_.emit(relax.Call(call.op, [reshape.args[0]], call.attrs, call.ty_args))
-            return relax.op.reshape(inner, static_shape(call))
+        if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
+            new = self._elementwise_before_reshape(call)
+            return call if new is None else new
         rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._conv_as_pad, self._absorb_pad)}
         for rewrite in rewrites.get(name, ()):
             new = rewrite(call)
             if new is not None:
                 return new
         return call
+
+    def _elementwise_before_reshape(self, call: relax.Call) -> relax.Expr | None:
+        """f(reshape(y), ...) -> reshape(f(y, ...)) for an elementwise f of one tensor, of a tensor
+        and a scalar, or of two tensors of the result's shape when y is a matmul's result (the
+        other is reshaped: a residual add); so that f follows the kernel and becomes its epilogue."""
+        shape = static_shape(call)
+        if shape is None:
+            return None
+        for i, arg in enumerate(call.args):
+            reshape = _bound(self, arg)
+            if _op_name(reshape) != RESHAPE or static_shape(reshape.args[0]) is None:
+                continue
+            y = reshape.args[0]
+            args = list(call.args)
+            args[i] = y
+            if len(args) == 2 and static_shape(args[1 - i]) != []:  # not a scalar
+                if static_shape(args[1 - i]) != shape or not self._follows_matmul(y):
+                    continue
+                args[1 - i] = self.builder_.emit(relax.op.reshape(args[1 - i], static_shape(y)))
+            return relax.op.reshape(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), shape)
+        return None
+
+    def _follows_matmul(self, expr: relax.Expr) -> bool:
+        """Whether `expr` is a matmul, or an elementwise op of one (after a bias add, GELU)."""
+        call = _bound(self, expr)
+        name = _op_name(call)
+        if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
+            return static_shape(expr) is not None and any(self._follows_matmul(arg) for arg in call.args)
+        return name == MATMUL
 
     def _clip(self, call: relax.Call) -> relax.Expr:
         data, low, high = call.args

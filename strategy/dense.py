@@ -39,28 +39,33 @@ def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.E
 
 @register("relax.matmul", "dense_kn.accel", condition=dense_condition)
 def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Flatten the rows of x to 2-D, pack w, call the kernel, restore the leading axes."""
+    """Pack w and call the kernel on x's rows as they are, so that an epilogue (a residual add)
+    fuses into it; x is flattened to 2-D (and the result reshaped) only where a register tile
+    of rows would span two of its leading axes."""
     data, weight = call.args
     data_shape = static_shape(data)
     k, n = static_shape(weight)
-    m = math.prod(data_shape[:-1])
+    rows = data_shape[:-1]
+    m = math.prod(rows)
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
-    if len(data_shape) != 2:
-        data = bb.emit(_reshape(bb, data, [m, k]))
     cfg = topi_accel.dense_config(m, n)
+    flatten = len(rows) != 1 and (not rows or rows[-1] % cfg.m_block != 0)
+    kernel_rows = (m,) if flatten else tuple(rows)
+    if flatten:
+        data = bb.emit(_reshape(bb, data, [m, k]))
     packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg))
     out = kernel_call(
         bb,
-        topi_accel.dense_kn_func(m, k, n, cfg, dtype=dtype),
+        topi_accel.dense_kn_func(kernel_rows, k, n, cfg, dtype=dtype),
         "dense_kn",
         "dense_kn.accel",
         [data, packed],
-        relax.TensorType([m, n], dtype),
+        relax.TensorType([*kernel_rows, n], dtype),
     )
-    if len(data_shape) == 2:
+    if not flatten:
         return out
-    return _reshape(bb, bb.emit(out), data_shape[:-1] + [n])
+    return _reshape(bb, bb.emit(out), rows + [n])
 
 
 def batch_matmul_condition(call: relax.Call) -> str | None:
@@ -78,24 +83,22 @@ def batch_matmul_condition(call: relax.Call) -> str | None:
 
 @register("relax.matmul", "batch_matmul_kn.accel", condition=batch_matmul_condition)
 def batch_matmul_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Flatten the batch axes, call the kernel, restore them."""
+    """Flatten the operands' batch axes (views); the kernel writes the result with them, so
+    that an epilogue (attention's scaling) fuses into it."""
     a, b = call.args
     a_shape, b_shape = static_shape(a), static_shape(b)
     (m, k), n = a_shape[-2:], b_shape[-1]
-    batch = math.prod(a_shape[:-2])
+    batch = tuple(a_shape[:-2])
     dtype = str(a.ty.dtype)
-    if len(a_shape) != 3:
-        a = bb.emit(_reshape(bb, a, [batch, m, k]))
-        b = bb.emit(_reshape(bb, b, [batch, k, n]))
+    if len(batch) != 1:
+        a = bb.emit(_reshape(bb, a, [math.prod(batch), m, k]))
+        b = bb.emit(_reshape(bb, b, [math.prod(batch), k, n]))
     cfg = topi_accel.batch_matmul_config(m, n)
-    out = kernel_call(
+    return kernel_call(
         bb,
         topi_accel.batch_matmul_kn_func(batch, m, k, n, cfg, dtype),
         "batch_matmul_kn",
         "batch_matmul_kn.accel",
         [a, b],
-        relax.TensorType([batch, m, n], dtype),
+        relax.TensorType([*batch, m, n], dtype),
     )
-    if len(a_shape) == 3:
-        return out
-    return _reshape(bb, bb.emit(out), a_shape[:-2] + [m, n])

@@ -27,8 +27,8 @@ def permutation(src: str, dst: str) -> list[int]:
 
 
 def static_shape(expr: relax.Expr) -> list[int] | None:
-    """The shape of a tensor expression as ints, or None when any dimension is symbolic."""
-    shape = expr.ty.shape
+    """The shape of a tensor expression as ints; None for a symbolic dimension or a non-tensor."""
+    shape = getattr(expr.ty, "shape", None)
     if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
         return None
     return [int(d) for d in shape]

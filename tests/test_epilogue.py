@@ -1,12 +1,13 @@
 """Fused epilogues: every variant computed in the accel kernel's write-back, and still correct."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
-from tvm import s_tir
+from tvm import relax, s_tir
 
 import accel_target
-from tests.helpers import assert_close, run_executable
+from tests.helpers import assert_close, rand, run_executable, single_op_module
 
 
 class ConvEpilogue(nn.Module):
@@ -84,6 +85,54 @@ def test_dense_epilogue_is_fused(kind):
     calls = _check(DenseEpilogue(kind), torch.randn(3, 5, 33), accel_kernels=1)
     assert [c for c in calls if "dense_kn" in c][0].startswith("fused_dense_kn")
     assert all("dense_kn" in c or "reshape" in c for c in calls), calls
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 32), (2, 3, 4, 32)], ids=str)
+def test_dense_residual_add_is_fused(shape):
+    """A transformer sublayer's x + linear(x), which PyTorch exports on rows flattened to 2-D:
+    the add moves before the reshape back, into the kernel's write-back."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.fc = nn.Linear(32, 32)
+    model.forward = lambda x: x + model.fc(x)
+    calls = _check(model, torch.randn(*shape), accel_kernels=1)
+    (kernel,) = [c for c in calls if not c.startswith("reshape")]  # the reshapes are views
+    assert kernel.startswith("fused_dense_kn") and kernel.count("add") == 2, calls
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 32), (3, 5, 32), (2, 3, 4, 32)], ids=str)
+def test_dense_on_rows_of_several_axes_fuses_bias_and_residual(shape):
+    """matmul(x, W) + b + x on x of rank 3-4 (as ONNX models have it): the kernel takes the
+    rows as they are, unless its 8-row tiles would span two of the leading axes ((2, 3, 4):
+    the rows are flattened and the adds run after the reshape back)."""
+    x, w, b = rand(*shape), rand(32, 32), rand(32)
+    mod = single_op_module(
+        lambda data, weight, bias: relax.op.add(relax.op.add(relax.op.matmul(data, weight), bias), data),
+        {"data": x}, {"weight": w, "bias": b},
+    )
+    executable = accel_target.build(mod)
+    assert_close(run_executable(executable, x), x @ w + b + x)
+    calls = accel_target.report(executable).kernels.calls
+    if shape == (2, 3, 4, 32):
+        assert calls[0].startswith("dense_kn") and len(calls) == 2, calls
+    else:
+        assert len(calls) == 1 and calls[0].startswith("fused_dense_kn") and calls[0].count("add") == 2, calls
+
+
+def test_attention_scale_is_fused_into_batch_matmul():
+    """softmax(q @ k / 8) on [1, 12, 16, 8] x [1, 12, 8, 16]: the kernel writes the 4-D result
+    itself, so the scaling is its epilogue."""
+    q, k = rand(1, 12, 16, 8), rand(1, 12, 8, 16)
+    mod = single_op_module(
+        lambda q, k: relax.op.nn.softmax(relax.op.divide(relax.op.matmul(q, k), relax.const(8.0, "float32"))),
+        {"q": q, "k": k}, {},
+    )
+    executable = accel_target.build(mod)
+    scores = q @ k / 8
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    assert_close(run_executable(executable, q, k), expected / expected.sum(-1, keepdims=True))
+    calls = accel_target.report(executable).kernels.calls
+    assert calls[0].startswith("fused_batch_matmul_kn") and "divide" in calls[0] and len(calls) == 2, calls
 
 
 def test_dense_with_non_elementwise_consumer_stays_correct():

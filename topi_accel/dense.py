@@ -13,6 +13,7 @@ register tile of ``m_block`` rows x ``n_block`` columns accumulates over K.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -78,26 +79,43 @@ def weight_pack_map(cfg: DenseConfig) -> IndexMap:
 def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig, bias: te.Tensor | None = None):
     """data @ weight (+ bias) with the weight packed by `weight_pack_map`.
 
-    data: 2-D: [M, K]. packed_weight: 3-D: [ceil(N / nb), K, nb]. bias: 1-D [N] or None.
-    Returns 2-D [M, N] named "dense_kn"; the register tile "dense_kn_acc"
-    covers the padded tile grid.
+    data: [M, K], or [*rows, K] with ``cfg.m_block`` dividing the last of the row axes
+    (a register tile never spans two of them). packed_weight: 3-D: [ceil(N / nb), K, nb].
+    bias: 1-D [N] or None. Returns [*rows, N] named "dense_kn"; the register tile
+    "dense_kn_acc" covers the padded tile grid of the rows flattened.
     """
-    m, k = (int(v) for v in data.shape)
-    mb, nb = cfg.m_block, cfg.n_block
+    *rows, k = (int(v) for v in data.shape)
+    m, mb, nb = math.prod(rows), cfg.m_block, cfg.n_block
     expected = (round_up(n, nb) // nb, k, nb)
     if tuple(int(v) for v in packed_weight.shape) != expected:
         raise ValueError(f"dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}")
+    if len(rows) > 1 and rows[-1] % mb:
+        raise ValueError(f"dense_kn: row axes {rows} need m_block {mb} to divide the last; flatten them to 2-D")
     rk = te.reduce_axis((0, k), name="rk")
-    last = m - 1
+
+    def row_index(flat):  # flat row -> index in `rows`; rows past M (tail tile) re-read the last row
+        flat, index = tirx.min(flat, m - 1), []
+        for extent in reversed(rows[1:]):
+            index.insert(0, flat % extent)
+            flat = flat // extent
+        return [flat, *index]
+
     acc = te.compute(
         (round_up(m, mb), round_up(n, nb)),
-        # rows past M (tail tile) re-read the last row; the write-back drops them
-        lambda i, j: te.sum(data[tirx.min(i, last), rk] * packed_weight[j // nb, rk, j % nb], axis=rk),
+        lambda i, j: te.sum(data[(*row_index(i), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk),
         name="dense_kn_acc",
     )
     if bias is None:
-        return te.compute((m, n), lambda i, j: acc[i, j], name="dense_kn")
-    return te.compute((m, n), lambda i, j: acc[i, j] + bias[j], name="dense_kn")
+        return te.compute((*rows, n), lambda *i: acc[_flat(i[:-1], rows), i[-1]], name="dense_kn")
+    return te.compute((*rows, n), lambda *i: acc[_flat(i[:-1], rows), i[-1]] + bias[i[-1]], name="dense_kn")
+
+
+def _flat(index, extents):
+    """The row-major position of `index` in axes of `extents`."""
+    flat = index[0]
+    for i, extent in zip(index[1:], extents[1:]):
+        flat = flat * extent + i
+    return flat
 
 
 def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
@@ -128,9 +146,12 @@ def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) ->
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def dense_kn_func(m: int, k: int, n: int, cfg: DenseConfig, with_bias: bool = False, dtype: str = "float32"):
-    """The scheduled PrimFunc (data, packed_weight[, bias]) -> out for one shape."""
-    data = te.placeholder((m, k), dtype, name="data")
+def dense_kn_func(
+    rows: int | tuple[int, ...], k: int, n: int, cfg: DenseConfig, with_bias: bool = False, dtype: str = "float32"
+):
+    """The scheduled PrimFunc (data [*rows, K], packed_weight[, bias]) -> out [*rows, N] for one shape."""
+    rows = (rows,) if isinstance(rows, int) else tuple(rows)
+    data = te.placeholder((*rows, k), dtype, name="data")
     weight = te.placeholder((round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight")
     bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
     out = dense_kn(data, weight, n, cfg, bias)
@@ -146,15 +167,20 @@ def batch_matmul_config(m: int, n: int, target: tvm.target.Target | None = None)
     return DenseConfig(m_block=pick_block(m, min(rows, 8)), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
 
 
-def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig) -> te.Tensor:
+def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple[int, ...] | None = None) -> te.Tensor:
     """Batched a @ b, both activations (attention's Q @ K^T and P @ V).
 
-    a: 3-D [batch, M, K]. b: 3-D [batch, K, N], read as it is (N contiguous), so
-    ``cfg.n_block`` must divide N. Returns [batch, M, N] named "batch_matmul_kn".
+    a: 3-D [B, M, K]. b: 3-D [B, K, N], read as it is (N contiguous), so
+    ``cfg.n_block`` must divide N. batch: the axes B unflattens to in the result
+    (default (B,)). Returns [*batch, M, N] named "batch_matmul_kn".
     """
     (bs, m, k), (bs2, k2, n) = ([int(v) for v in t.shape] for t in (a, b))
-    if (bs, k) != (bs2, k2) or n % cfg.n_block:
-        raise ValueError(f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} are not supported")
+    batch = (bs,) if batch is None else tuple(batch)
+    if (bs, k) != (bs2, k2) or n % cfg.n_block or math.prod(batch) != bs:
+        raise ValueError(
+            f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} and batch axes"
+            f" {list(batch)} are not supported (equal batch and K, n_block dividing N, batch axes of B elements)"
+        )
     rk = te.reduce_axis((0, k), name="rk")
     last = m - 1
     acc = te.compute(
@@ -162,13 +188,15 @@ def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig) -> te.Tensor:
         lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * b[p, rk, j], axis=rk),
         name="batch_matmul_kn_acc",
     )
-    return te.compute((bs, m, n), lambda p, i, j: acc[p, i, j], name="batch_matmul_kn")
+    return te.compute((*batch, m, n), lambda *i: acc[_flat(i[:-2], batch), i[-2], i[-1]], name="batch_matmul_kn")
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def batch_matmul_kn_func(bs: int, m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
-    """The scheduled PrimFunc (a, b) -> out for one shape."""
+def batch_matmul_kn_func(batch: int | tuple[int, ...], m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
+    """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape."""
+    batch = (batch,) if isinstance(batch, int) else tuple(batch)
+    bs = math.prod(batch)
     a = te.placeholder((bs, m, k), dtype, name="a")
     b = te.placeholder((bs, k, n), dtype, name="b")
-    out = batch_matmul_kn(a, b, cfg)
+    out = batch_matmul_kn(a, b, cfg, batch)
     return schedule_matmul(te.create_prim_func([a, b, out], index_dtype_override="int64"), "batch_matmul_kn", n, cfg)

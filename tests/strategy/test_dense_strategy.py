@@ -37,7 +37,9 @@ def test_linear_layer_as_pytorch_exports_it():
     assert [d.implementation for d in log] == ["dense_kn.accel"]
 
 
-@pytest.mark.parametrize("shapes", [((2, 4, 8), (2, 8, 5)), ((1, 3, 16, 8), (1, 3, 8, 32))], ids=str)
+@pytest.mark.parametrize(
+    "shapes", [((2, 4, 8), (2, 8, 5)), ((1, 3, 16, 8), (1, 3, 8, 32)), ((2, 3, 7, 5), (2, 3, 5, 16))], ids=str
+)
 def test_batched_matmul_runs_on_batch_matmul_kn(shapes):
     a, b = rand(*shapes[0]), rand(*shapes[1])
     mod = single_op_module(lambda x, y: relax.op.matmul(x, y), {"x": a, "y": b}, {})

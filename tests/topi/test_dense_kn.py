@@ -1,5 +1,7 @@
 """dense_kn against numpy."""
 
+import math
+
 import pytest
 import tvm
 
@@ -36,6 +38,26 @@ def test_dense_kn(shape, target, bias):
     assert_close(out, x @ w + (b if bias else 0))
 
 
+@pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
+def test_dense_kn_keeps_leading_axes(rows):
+    """data [*rows, K] -> [*rows, N] when the row tile divides the last row axis."""
+    k, n = 40, 50
+    x, w, b = rand(*rows, k), rand(k, n), rand(n)
+    target = tvm.target.Target("accel")
+    with target:
+        cfg = topi_accel.dense_config(math.prod(rows), n)
+    assert rows[-1] % cfg.m_block == 0
+    func = topi_accel.dense_kn_func(rows, k, n, cfg, with_bias=True)
+    out = run_primfunc(func, [x, pack(w, topi_accel.weight_pack_map(cfg)), b], (*rows, n), target)
+    assert_close(out, x @ w + b)
+
+
+def test_dense_kn_rejects_row_tiles_across_leading_axes():
+    cfg = topi_accel.DenseConfig(m_block=8, n_block=32, lanes=16)
+    with pytest.raises(ValueError, match=r"dense_kn: row axes \[2, 3, 4\] need m_block 8 to divide the last"):
+        topi_accel.dense_kn_func((2, 3, 4), 16, 32, cfg)
+
+
 # (batch, M, K, N): attention's Q @ K^T and P @ V (BERT-base, 12 heads, seq 128), tails
 BATCH_SHAPES = [(12, 128, 64, 128), (12, 128, 128, 64), (3, 7, 5, 24), (2, 97, 33, 48), (4, 1, 16, 7)]
 
@@ -51,3 +73,15 @@ def test_batch_matmul_kn(shape, target):
     assert n % cfg.n_block == 0
     out = run_primfunc(topi_accel.batch_matmul_kn_func(bs, m, k, n, cfg), [a, b], (bs, m, n), target)
     assert_close(out, a @ b)
+
+
+@pytest.mark.parametrize("batch", [(1, 12), (2, 3)], ids=str)
+def test_batch_matmul_kn_keeps_batch_axes(batch):
+    """a [B, M, K] @ b [B, K, N] -> [*batch, M, N] (B = prod(batch)); M = 7 leaves a row tail."""
+    bs, m, k, n = math.prod(batch), 7, 5, 32
+    a, b = rand(bs, m, k), rand(bs, k, n)
+    target = tvm.target.Target("accel")
+    with target:
+        cfg = topi_accel.batch_matmul_config(m, n)
+    out = run_primfunc(topi_accel.batch_matmul_kn_func(batch, m, k, n, cfg), [a, b], (*batch, m, n), target)
+    assert_close(out, (a @ b).reshape(*batch, m, n))
