@@ -50,7 +50,7 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
     cfg = topi_accel.dense_config(m, n)
-    flatten = len(rows) != 1 and (not rows or rows[-1] % cfg.m_block != 0)
+    flatten = not topi_accel.dense.keeps_rows(rows, cfg)
     kernel_rows = (m,) if flatten else tuple(rows)
     if flatten:
         data = bb.emit(_reshape(bb, data, [m, k]))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
+from tvm.topi.utils import ravel_index, unravel_index
 
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .tiles import register_tile, vectorize_inner
@@ -89,33 +90,24 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     expected = (round_up(n, nb) // nb, k, nb)
     if tuple(int(v) for v in packed_weight.shape) != expected:
         raise ValueError(f"dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}")
-    if len(rows) > 1 and rows[-1] % mb:
+    if not keeps_rows(rows, cfg):
         raise ValueError(f"dense_kn: row axes {rows} need m_block {mb} to divide the last; flatten them to 2-D")
     rk = te.reduce_axis((0, k), name="rk")
-
-    def row_index(flat):  # flat row -> index in `rows`; rows past M (tail tile) re-read the last row
-        flat, index = tirx.min(flat, m - 1), []
-        for extent in reversed(rows[1:]):
-            index.insert(0, flat % extent)
-            flat = flat // extent
-        return [flat, *index]
-
     acc = te.compute(
         (round_up(m, mb), round_up(n, nb)),
-        lambda i, j: te.sum(data[(*row_index(i), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk),
+        # rows past M (tail tile) re-read the last row; the write-back drops them
+        lambda i, j: te.sum(data[(*unravel_index(tirx.min(i, m - 1), rows), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk),
         name="dense_kn_acc",
     )
     if bias is None:
-        return te.compute((*rows, n), lambda *i: acc[_flat(i[:-1], rows), i[-1]], name="dense_kn")
-    return te.compute((*rows, n), lambda *i: acc[_flat(i[:-1], rows), i[-1]] + bias[i[-1]], name="dense_kn")
+        return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]], name="dense_kn")
+    return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]] + bias[i[-1]], name="dense_kn")
 
 
-def _flat(index, extents):
-    """The row-major position of `index` in axes of `extents`."""
-    flat = index[0]
-    for i, extent in zip(index[1:], extents[1:]):
-        flat = flat * extent + i
-    return flat
+def keeps_rows(rows, cfg: DenseConfig) -> bool:
+    """Whether `dense_kn` takes data with these leading (row) axes as they are: one axis, or
+    several with ``cfg.m_block`` dividing the last (a register tile never spans two)."""
+    return len(rows) == 1 or (len(rows) > 1 and rows[-1] % cfg.m_block == 0)
 
 
 def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
@@ -188,7 +180,7 @@ def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple[i
         lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * b[p, rk, j], axis=rk),
         name="batch_matmul_kn_acc",
     )
-    return te.compute((*batch, m, n), lambda *i: acc[_flat(i[:-2], batch), i[-2], i[-1]], name="batch_matmul_kn")
+    return te.compute((*batch, m, n), lambda *i: acc[ravel_index(i[:-2], batch), i[-2], i[-1]], name="batch_matmul_kn")
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
