@@ -104,8 +104,26 @@ def legalize_passes() -> list[tvm.transform.Pass]:
     ]
 
 
+@tvm.transform.module_pass(opt_level=0, name="ClaimIterations")
+def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """The threads claim the iterations of every kernel's parallel loops as they go instead
+    of taking fixed slices (topi_accel.workshare); last, as it leaves the kernels without
+    the blocks that RewriteDataflowReshape reads."""
+    knobs = topi_accel.cpu_knobs()
+    if not knobs.parallel:
+        return mod
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and (claimed := topi_accel.claim_iterations(func, knobs.cores)) is not None:
+            updates[gvar] = claimed
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    return cpu_generic.pipeline.dataflow_lower_passes(target) + cpu_generic.pipeline.finalize_passes(target)
+    return (cpu_generic.pipeline.dataflow_lower_passes(target) + cpu_generic.pipeline.finalize_passes(target)
+            + [claim_iterations])
 
 
 def _sequential(passes) -> tvm.transform.Pass:

@@ -18,6 +18,7 @@ from .conv2d import (
 )
 from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
+from .workshare import claim_iterations
 from . import tuning
 from .dense import (
     DenseConfig,
@@ -51,6 +52,7 @@ __all__ = [
     "Conv2DGeometry",
     "DenseConfig",
     "check_dense",
+    "claim_iterations",
     "conv2d_candidates",
     "conv2d_config",
     "conv2d_key",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import tvm
@@ -16,11 +17,13 @@ class CPUKnobs:
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
     parallel: whether kernels split work across threads (target "num-cores" > 1).
+    cores: the threads kernels are written for (target "num-cores", else this machine's cores).
     """
 
     lanes: int
     accumulators: int
     parallel: bool
+    cores: int
 
 
 def vector_bits(target: tvm.target.Target) -> int:
@@ -46,7 +49,7 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
     accumulators = 24 if bits >= 512 else 12
     cores = int(target.attrs.get("num-cores", 0) or 0)
-    return CPUKnobs(lanes=bits // 32, accumulators=accumulators, parallel=cores != 1)
+    return CPUKnobs(lanes=bits // 32, accumulators=accumulators, parallel=cores != 1, cores=cores or os.cpu_count() or 1)
 
 
 def largest_divisor(n: int, cap: int) -> int:

@@ -1,0 +1,83 @@
+"""claim_iterations: every iteration of a parallel loop runs exactly once, whatever the
+chunking, the number of slices and the threads."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import te, topi
+from tvm.script import tirx as T
+
+import accel_target
+import topi_accel
+from tests.helpers import assert_close, conv2d_module, rand, run_primfunc
+
+
+def _count_calls(n: int) -> tvm.tirx.PrimFunc:
+    # a[i] += 1 for every i < n, over a parallel loop (TVMScript misreads a docstring here)
+    @T.prim_func(s_tir=True)
+    def count(a: T.Buffer((n,), "int32")):
+        for i in T.parallel(n):
+            with T.sblock("count"):
+                vi = T.axis.spatial(n, i)
+                a[vi] = a[vi] + 1
+
+    return count
+
+
+def _run_in_place(func, a: np.ndarray, calls: int) -> np.ndarray:
+    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target("accel")).jit()
+    buf = tvm.runtime.tensor(a)
+    for _ in range(calls):
+        lib(buf)
+    return buf.numpy()
+
+
+# extents below, at and above the 32 claims of a loop (chunks of 1, 2, 4 and a tail chunk),
+# with fewer, as many and more slices than chunks and threads
+@pytest.mark.parametrize("n", [2, 5, 32, 33, 100, 1001])
+@pytest.mark.parametrize("slices", [1, 2, 3, 8])
+def test_every_iteration_runs_once_per_call(n, slices):
+    func = topi_accel.claim_iterations(_count_calls(n), slices)
+    text = func.script()
+    assert topi_accel.workshare.CLAIM in text and "T.parallel(" in text
+    # three calls: the counters start from zero at every call
+    assert (_run_in_place(func, np.zeros(n, "int32"), 3) == 3).all()
+
+
+def test_a_function_without_parallel_loops_is_left_alone():
+    x = te.placeholder((4, 8))
+    assert topi_accel.claim_iterations(te.create_prim_func([x, topi.exp(x)]), 2) is None
+    assert topi_accel.claim_iterations(_count_calls(1), 2) is None  # lowering drops a loop of one iteration
+
+
+def test_claimed_kernels_compute_what_they_did():
+    # a conv (register tiles, a padded copy: two parallel loops) and a row-by-row softmax
+    geo = topi_accel.conv2d_geometry((1, 9, 11, 16), (40, 3, 3, 16), 1, 1)
+    with tvm.target.Target("accel") as target:
+        cfg = topi_accel.conv2d_config(geo, target)
+    claimed = topi_accel.claim_iterations(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), 2)
+    assert claimed.script().count(topi_accel.workshare.CLAIM) == 4  # two loops, two claims each
+    x, w = rand(1, 9, 11, 16), rand(40, 3, 3, 16)
+    o_pad = topi_accel.conv2d.packed_out_channels(geo, cfg)
+    packed = np.zeros((o_pad, 3, 3, 16), "float32")
+    packed[:40] = w
+    packed = packed.reshape(o_pad // cfg.oc_block, cfg.oc_block, 3, 3, 16).transpose(0, 2, 3, 4, 1).copy()
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2), padding=1)
+    assert_close(run_primfunc(claimed, [x, packed], (1, 9, 11, 40)), ref.permute(0, 2, 3, 1).numpy())
+
+    a = rand(3, 50, 128)
+    xp = te.placeholder(a.shape)
+    softmax = topi_accel.parallelize(te.create_prim_func([xp, topi.nn.softmax(xp, -1)]))
+    e = np.exp(a - a.max(-1, keepdims=True))
+    assert_close(run_primfunc(topi_accel.claim_iterations(softmax, 2), [a], a.shape), e / e.sum(-1, keepdims=True))
+
+
+def test_the_build_claims_every_parallel_loop_unless_single_core():
+    mod = conv2d_module(rand(1, 8, 8, 16), rand(32, 3, 3, 16), True, padding=1, data_layout="NHWC", kernel_layout="OHWI")
+    for target, claimed in ((tvm.target.Target("accel"), True), (tvm.target.Target({"tag": "accel", "num-cores": 1}), False)):
+        with target:
+            lowered = accel_target.pipeline.claim_iterations(accel_target.optimize(mod, target=target))
+        kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+        assert kernels and all((topi_accel.workshare.CLAIM in k) == claimed for k in kernels if "T.parallel" in k)
+        assert any("T.parallel" in k for k in kernels) == claimed

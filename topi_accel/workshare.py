@@ -1,0 +1,127 @@
+"""Parallel loops whose iterations the threads claim as they go.
+
+TVM's thread pool splits a parallel loop statically: of T threads, thread t
+runs the t-th of T equal slices, and the kernel ends when the slowest slice
+does. On a machine whose cores are slowed independently for a while (a shared
+host, another process on one core) that is whenever either core is slow.
+`claim_iterations` rewrites each top-level parallel loop into slices with a
+counter each: a thread claims the chunks of iterations of its own slice, in
+order, then whatever is left of the others' — a slowed thread does less, the
+others more, and without slowdowns each thread runs its own contiguous slice
+as before.
+
+TIR has no atomic read-modify-write on CPUs, so the counters' add is a
+two-line LLVM IR function that the module links in (TVM's
+``pragma_import_llvm``); it needs nothing at run time.
+
+A claimed index is a value, not a loop variable, and no buffer region may be
+relaxed over it, so `claim_iterations` first runs TVM's lowering passes up to
+flat, block-free buffers with their regions compacted (the build runs them
+again: a no-op by then) and rewrites that function. It is the last step of a
+kernel's schedule: no schedule primitive applies after it.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+
+CLAIM = "accel_claim_iteration"
+# the counter's old value, incremented atomically (monotonic: the parallel launch and its
+# join order the counter's reset and the iterations' results)
+CLAIM_LLVM_IR = f"""
+define linkonce_odr i32 @{CLAIM}(ptr %counter) alwaysinline {{
+  %claimed = atomicrmw add ptr %counter, i32 1 monotonic, align 4
+  ret i32 %claimed
+}}
+"""
+
+
+def _lower_blocks() -> tvm.transform.Pass:
+    """TVM's s_tir lowering (its default pipeline's first passes) up to a block-free function
+    with flat buffers and int32 indices where they fit; compaction once more at the end, as
+    the build would do after the rewrite (on BERT's head transposes it shrinks a per-row
+    buffer of 98304 floats to 768 that the first compaction left alone)."""
+    return tvm.transform.Sequential([
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.NarrowDataType(32),
+        s_tir.transform.CompactBufferAllocation(),
+    ])
+
+
+# a loop's iterations are claimed in chunks, at most this many per loop: a claim is an atomic
+# add (a transpose of 224 x 224 rows, one row a claim, took 12 ms instead of 0.04)
+MAX_CLAIMS = 32
+# each slice's counter on a cache line of its own
+COUNTER_STRIDE = 16
+
+
+def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
+    """`loop` (parallel, from 0) as `slices` parallel slices of its chunks of iterations,
+    each with a counter: a thread claims the chunks of its slice, then those left in the
+    others'."""
+    n, index = int(loop.extent), loop.extent.ty.dtype
+    chunk = -(-n // MAX_CLAIMS)
+    chunks = -(-n // chunk)
+    slices = min(slices, chunks)
+    counters = tirx.decl_buffer((slices * COUNTER_STRIDE,), "int32", "accel_claim_counters")
+    claimed = tirx.decl_buffer((1,), "int32", "accel_claimed", scope="local")
+    const = lambda v: tirx.const(v, index)
+
+    def first_chunk(s):  # slice s holds chunks [first_chunk(s), first_chunk(s + 1))
+        return tirx.floordiv(s * chunks, slices)
+
+    slice_, other = tirx.Var("slice", loop.extent.ty), tirx.Var("other", loop.extent.ty)
+    victim = tirx.floormod(slice_ + other, slices)
+    counter = tirx.BufferLoad(counters, [victim * COUNTER_STRIDE])
+    size = first_chunk(victim + 1) - first_chunk(victim)
+    claim = tirx.BufferStore(claimed, tirx.call_extern("int32", CLAIM, tirx.address_of(counter)), [0])
+    begin = tirx.Var("begin", loop.extent.ty)
+    extent = const(chunk) if n % chunk == 0 else tirx.min(const(chunk), n - begin)
+    run_chunk = tirx.SeqStmt([
+        # (the clamp, a no-op, tells the index arithmetic that `begin` is in [0, n): a
+        # transpose's divisions by constants were 1.6x slower without it)
+        tirx.Bind(begin, (first_chunk(victim) + tirx.max(tirx.min(tirx.Cast(index, tirx.BufferLoad(claimed, [0])), size), const(0))) * chunk),
+        tirx.For(loop.loop_var, begin, extent, tirx.ForKind.SERIAL, loop.body),
+    ])
+    drain = tirx.SeqStmt([
+        tirx.AllocBuffer(claimed),
+        claim,
+        tirx.While(tirx.Cast(index, tirx.BufferLoad(claimed, [0])) < size, tirx.SeqStmt([run_chunk, claim])),
+    ])
+    # own slice first, then the others' in turn; a drained slice costs a plain load
+    visit = tirx.For(other, const(0), const(slices), tirx.ForKind.SERIAL,
+                     tirx.IfThenElse(tirx.Cast(index, counter) < size, drain, None))
+    i = tirx.Var("i", loop.extent.ty)
+    zero = tirx.For(i, const(0), const(slices), tirx.ForKind.SERIAL,
+                    tirx.BufferStore(counters, tirx.const(0, "int32"), [i * COUNTER_STRIDE]))
+    par = tirx.For(slice_, const(0), const(slices), tirx.ForKind.PARALLEL, visit)
+    return tirx.AttrStmt(tirx.const(0, "int32"), "pragma_import_llvm", CLAIM_LLVM_IR,
+                         tirx.SeqStmt([tirx.AllocBuffer(counters), zero, par]))
+
+
+def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_rewrite(s, slices, rewritten) for s in stmt.seq])
+    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
+        return stmt
+    static = isinstance(stmt.extent, tirx.IntImm) and int(stmt.extent) < 2**31
+    if not (static and isinstance(stmt.min, tirx.IntImm) and int(stmt.min) == 0):
+        return stmt  # (our schedules make parallel loops from 0, of static extent: an int32 counter)
+    rewritten.append(stmt)
+    return _claimed(stmt, slices)
+
+
+def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
+    """`func` (scheduled) lowered to a block-free function in which the threads claim the
+    iterations of each top-level parallel loop, `slices` (the threads it is built for)
+    slices of up to MAX_CLAIMS chunks; None if it has no such loop."""
+    lowered = _lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    rewritten = []
+    body = _rewrite(lowered.body, slices, rewritten)
+    return lowered.with_body(body) if rewritten else None
