@@ -10,9 +10,9 @@ order, then whatever is left of the others' — a slowed thread does less, the
 others more, and without slowdowns each thread runs its own contiguous slice
 as before.
 
-TIR has no atomic read-modify-write on CPUs, so the counters' add is a
-two-line LLVM IR function that the module links in (TVM's
-``pragma_import_llvm``); it needs nothing at run time.
+TIR has no atomics on CPUs, so the counters' add and load are one-instruction
+LLVM IR functions that the module links in (TVM's ``pragma_import_llvm``);
+they need nothing at run time.
 
 A claimed index is a value, not a loop variable, and no buffer region may be
 relaxed over it, so `claim_iterations` first runs TVM's lowering passes up to
@@ -27,11 +27,16 @@ import tvm
 from tvm import s_tir, tirx
 
 CLAIM = "accel_claim_iteration"
-# the counter's old value, incremented atomically (monotonic: the parallel launch and its
-# join order the counter's reset and the iterations' results)
+PEEK = "accel_claimed_so_far"
+# CLAIM: the counter's old value, incremented atomically; PEEK: its value, loaded atomically
+# (monotonic: the parallel launch and its join order the counters' reset and the results)
 CLAIM_LLVM_IR = f"""
 define linkonce_odr i32 @{CLAIM}(ptr %counter) alwaysinline {{
   %claimed = atomicrmw add ptr %counter, i32 1 monotonic, align 4
+  ret i32 %claimed
+}}
+define linkonce_odr i32 @{PEEK}(ptr %counter) alwaysinline {{
+  %claimed = load atomic i32, ptr %counter monotonic, align 4
   ret i32 %claimed
 }}
 """
@@ -78,9 +83,9 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
 
     slice_, other = tirx.Var("slice", loop.extent.ty), tirx.Var("other", loop.extent.ty)
     victim = tirx.floormod(slice_ + other, slices)
-    counter = tirx.BufferLoad(counters, [victim * COUNTER_STRIDE])
+    counter = tirx.address_of(tirx.BufferLoad(counters, [victim * COUNTER_STRIDE]))
     size = first_chunk(victim + 1) - first_chunk(victim)
-    claim = tirx.BufferStore(claimed, tirx.call_extern("int32", CLAIM, tirx.address_of(counter)), [0])
+    claim = tirx.BufferStore(claimed, tirx.call_extern("int32", CLAIM, counter), [0])
     begin = tirx.Var("begin", loop.extent.ty)
     extent = const(chunk) if n % chunk == 0 else tirx.min(const(chunk), n - begin)
     run_chunk = tirx.SeqStmt([
@@ -94,9 +99,9 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
         claim,
         tirx.While(tirx.Cast(index, tirx.BufferLoad(claimed, [0])) < size, tirx.SeqStmt([run_chunk, claim])),
     ])
-    # own slice first, then the others' in turn; a drained slice costs a plain load
+    # own slice first, then the others' in turn; a drained slice costs a load
     visit = tirx.For(other, const(0), const(slices), tirx.ForKind.SERIAL,
-                     tirx.IfThenElse(tirx.Cast(index, counter) < size, drain, None))
+                     tirx.IfThenElse(tirx.Cast(index, tirx.call_extern("int32", PEEK, counter)) < size, drain, None))
     i = tirx.Var("i", loop.extent.ty)
     zero = tirx.For(i, const(0), const(slices), tirx.ForKind.SERIAL,
                     tirx.BufferStore(counters, tirx.const(0, "int32"), [i * COUNTER_STRIDE]))
