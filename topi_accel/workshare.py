@@ -124,8 +124,8 @@ def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
 
 def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     """`func` (scheduled) lowered to a block-free function in which the threads claim the
-    iterations of each top-level parallel loop, `slices` (the threads it is built for)
-    slices of up to MAX_CLAIMS chunks; None if it has no such loop."""
+    iterations of each top-level parallel loop: at most MAX_CLAIMS chunks of it, in `slices`
+    slices (one per thread it is built for); None if it has no such loop."""
     lowered = _lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _rewrite(lowered.body, slices, rewritten)
