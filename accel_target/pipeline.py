@@ -69,25 +69,28 @@ def graph_passes() -> list[tvm.transform.Pass]:
     ]
 
 
+def _update_prim_funcs(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
+    """`mod` with each PrimFunc replaced by `rewrite(func)` where that is not None."""
+    updates = {gvar: new for gvar, func in mod.functions_items()
+               if isinstance(func, tvm.tirx.PrimFunc) and (new := rewrite(func)) is not None}
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="ScheduleKernels")
 def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
     write-back; split TVM's own (serial) kernels across the thread pool, unless the
     target has one core."""
     parallel = topi_accel.cpu_knobs().parallel
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            scheduled = None
-            if topi_accel.contains_accel_kernel(func):
-                scheduled = topi_accel.inline_epilogue(func)
-            elif parallel:
-                scheduled = topi_accel.parallelize(func)
-            if scheduled is not None:
-                updates[gvar] = scheduled
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+
+    def schedule(func):
+        if topi_accel.contains_accel_kernel(func):
+            return topi_accel.inline_epilogue(func)
+        return topi_accel.parallelize(func) if parallel else None
+
+    return _update_prim_funcs(mod, schedule)
 
 
 def legalize_passes() -> list[tvm.transform.Pass]:
@@ -112,13 +115,7 @@ def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     knobs = topi_accel.cpu_knobs()
     if not knobs.parallel:
         return mod
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and (claimed := topi_accel.claim_iterations(func, knobs.cores)) is not None:
-            updates[gvar] = claimed
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+    return _update_prim_funcs(mod, lambda func: topi_accel.claim_iterations(func, knobs.cores))
 
 
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:

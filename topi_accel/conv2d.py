@@ -360,8 +360,7 @@ def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5,
             (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
         ).astype("float32"))
         func = conv2d_nhwc_ohwi_func(geo, cfg)
-        if cfg.parallel:  # as the build runs it
-            func = claim_iterations(func, cpu_knobs(target).cores) or func
+        func = claim_iterations(func, cpu_knobs(target).cores) or func  # as the build runs it (if parallel)
         lib = tvm.compile(tvm.IRModule({"main": func}), target).jit()
         ms = lib.time_evaluator("main", dev, number=number, repeat=3)(data_t, kernel, out_t).median * 1e3
         if ms < best_ms:
