@@ -290,8 +290,7 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rkh)
-    if geo.out_c % cfg.oc_block == 0:  # else the channel tail is predicated
-        vectorize_inner(sch, out, lanes)
+    vectorize_inner(sch, out, lanes)
     if _input_extent(geo, cfg) is None:
         return sch.mod["main"]
     pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")

@@ -17,10 +17,18 @@ def register_tile(sch: s_tir.Schedule, rows, cols, lanes: int) -> None:
         sch.vectorize(cols)
 
 
+# Narrowest vector a copy loop is still split into (4 floats: one SSE register).
+MIN_COPY_LANES = 4
+
+
 def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
-    """Vectorize a copy block's innermost loop in chunks of `lanes`."""
+    """Vectorize a copy block's innermost loop in chunks of `lanes`, or of the widest
+    power-of-two fraction of it that divides the loop (24 channels: 3 x 8 on AVX-512)."""
     inner = sch.get_loops(block)[-1]
     extent = int(sch.get(inner).extent)
-    if extent % lanes == 0:
-        _, vec = sch.split(inner, [None, lanes])
+    width = lanes
+    while extent % width and width > MIN_COPY_LANES:
+        width //= 2
+    if extent % width == 0:
+        _, vec = sch.split(inner, [None, width])
         sch.vectorize(vec)

@@ -104,3 +104,17 @@ def test_conv2d_schedule_is_vectorized_and_parallel():
     text = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg).script()
     assert "T.parallel" in text and "T.vectorized" in text and "T.unroll" in text
     assert 'scope="local"' in text  # the register tile
+
+
+@pytest.mark.parametrize("out_c, lanes", [(24, 8), (20, 4)])
+def test_conv2d_channel_tail_write_back_is_vectorized(out_c, lanes):
+    # out_c channels in a 32-channel block: the write-back copies them in vectors of the
+    # widest width dividing out_c (MobileNetV2's 24: 3 x 8), not one scalar at a time
+    shape = (1, 10, 8, 16, out_c, 1, 1, 0, 1, 1)
+    out, ref, cfg = _run(shape, "accel")
+    assert_close(out, ref)
+    assert cfg.oc_block == 32
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv2d_geometry((1, 10, 8, 16), (out_c, 1, 1, 16))
+    write_back = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg).script().split('T.sblock("conv2d_nhwc_ohwi_acc_update")')[1]
+    assert f"T.vectorized(T.int64({lanes}))" in write_back
