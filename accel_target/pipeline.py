@@ -6,7 +6,8 @@ Small functions return lists of passes (as in relax/backend/cpu_generic):
                       NHWC/OHWI, fold every weight transform, cancel the rest
     legalize_passes   LegalizeOps (the strategies pick the kernels), fuse elementwise
                       ops into the accel kernels' write-back (epilogues) or into one
-                      kernel of their own, split TVM's own kernels across threads
+                      kernel of their own, split TVM's own kernels across threads,
+                      write a kernel's output over a residual that dies with it
     lowering_passes   TVM's CPU dataflow lowering and finalization
 
 ``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all three.
@@ -26,6 +27,7 @@ from strategy import recording, select, strict as strict_mode
 from strategy.registry import suspended
 
 from . import deploy
+from .inplace import write_in_place
 from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
 from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 
@@ -95,7 +97,8 @@ def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 def legalize_passes() -> list[tvm.transform.Pass]:
     """Kernels for every op (accel strategies first); elementwise chains fused, into the
-    accel kernels' write-back when they follow one."""
+    accel kernels' write-back when they follow one; such a kernel writes over the residual
+    it adds when nothing reads that afterwards (accel_target/inplace.py)."""
     return [
         relax.transform.LegalizeOps(),
         relax.transform.FoldConstant(),
@@ -103,6 +106,7 @@ def legalize_passes() -> list[tvm.transform.Pass]:
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         schedule_kernels,
+        write_in_place,
         relax.transform.DeadCodeElimination(),
     ]
 

@@ -94,7 +94,7 @@ def calls_of(mod: tvm.IRModule, ops, function: str = "main") -> list[relax.Call]
 def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of a lowered IRModule calls through call_tir."""
     calls = []
-    for call in calls_of(mod, ("relax.call_tir",), function):
+    for call in calls_of(mod, ("relax.call_tir", "relax.call_tir_inplace"), function):
         inputs = list(call.args[1].fields)
         const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
         calls.append((call.args[0].name_hint, const))
