@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
-ROUNDS = 5
+ROUNDS = 10
 
 
 def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
