@@ -92,7 +92,7 @@ def calls_of(mod: tvm.IRModule, ops, function: str = "main") -> list[relax.Call]
 
 
 def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
-    """Count the kernels `function` of a lowered IRModule calls through call_tir."""
+    """Count the kernels `function` of a lowered IRModule calls (call_tir, call_tir_inplace)."""
     calls = []
     for call in calls_of(mod, ("relax.call_tir", "relax.call_tir_inplace"), function):
         inputs = list(call.args[1].fields)

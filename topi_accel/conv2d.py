@@ -304,8 +304,7 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     rows = sch.fuse(loops[0], loops[1])
     if cfg.parallel:
         sch.parallel(rows)
-    if geo.in_c % lanes == 0:
-        vectorize_inner(sch, pad, lanes)
+    vectorize_inner(sch, pad, lanes)
     return sch.mod["main"]
 
 

@@ -132,8 +132,7 @@ def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) ->
     sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rk)
-    if n % cfg.n_block == 0:  # else the column tail is predicated
-        vectorize_inner(sch, out, cfg.lanes)
+    vectorize_inner(sch, out, cfg.lanes)
     return sch.mod["main"]
 
 

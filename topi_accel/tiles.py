@@ -23,7 +23,9 @@ MIN_COPY_LANES = 4
 
 def vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     """Vectorize a copy block's innermost loop in chunks of `lanes`, or of the widest
-    power-of-two fraction of it that divides the loop (24 channels: 3 x 8 on AVX-512)."""
+    power-of-two fraction of it that divides the loop (24 channels: 3 x 8 on AVX-512);
+    a loop of any other extent stays scalar. A partial block's loop (predicated) is split
+    the same way."""
     inner = sch.get_loops(block)[-1]
     extent = int(sch.get(inner).extent)
     width = lanes
