@@ -44,12 +44,6 @@ def _blocks(sch: s_tir.Schedule):
         pending.extend(sch.get_child_blocks(block))
 
 
-def _same_region(a, b) -> bool:
-    return len(a.region) == len(b.region) and all(
-        tvm_ffi.structural_equal(x.min, y.min) and tvm_ffi.structural_equal(x.extent, y.extent)
-        for x, y in zip(a.region, b.region))
-
-
 def in_place_input(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
     """Index of an input of `func` (params: inputs, then one output) that its output could
     overwrite: same shape and dtype, read only by the one block that writes the output,
@@ -70,7 +64,7 @@ def in_place_input(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
             continue
         readers = [b for b in blocks if any(r.source.name == param.name for r in b.reads)]
         reads = [r for r in writer.reads if r.source.name == param.name]
-        if readers == [writer] and reads and all(_same_region(r, write) for r in reads):
+        if readers == [writer] and reads and all(tvm_ffi.structural_equal(r.region, write.region) for r in reads):
             return index
     return None
 
@@ -121,7 +115,8 @@ class _InPlace(PyExprMutator):
         super().__init__(mod)
         self.mod_, self.last_reads = mod, last_reads
         self.binding = None  # the variable the visited call is bound to
-        self.rewritten = {}  # (kernel, input index) -> GlobalVar of the in-place copy
+        self.candidates = {}  # kernel -> the index `in_place_input` gives (None: none, or not accel's)
+        self.rewritten = {}  # kernel -> GlobalVar of its in-place copy
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         self.binding = binding.var
@@ -145,17 +140,17 @@ class _InPlace(PyExprMutator):
         if getattr(call.op, "name", "") != "relax.call_tir" or not isinstance(call.ty_args[0], relax.TensorType):
             return call
         gvar, args = call.args[0], list(call.args[1].fields)
-        func = self.mod_[gvar]
-        if not topi_accel.contains_accel_kernel(func):
-            return call
-        index = in_place_input(func, len(args))
+        if gvar not in self.candidates:  # a model calls one kernel many times: analyse it once
+            func = self.mod_[gvar]
+            self.candidates[gvar] = in_place_input(func, len(args)) if topi_accel.contains_accel_kernel(func) else None
+        index = self.candidates[gvar]
         if index is None or sum(a.same_as(args[index]) for a in args) > 1 or not self._fresh(args[index], self.binding):
             return call  # (a tensor passed twice would change under the other parameter too)
-        if (gvar, index) not in self.rewritten:
-            self.rewritten[gvar, index] = self.builder_.add_func(read_from_output(func, index), f"{gvar.name_hint}_in_place")
+        if gvar not in self.rewritten:
+            self.rewritten[gvar] = self.builder_.add_func(read_from_output(self.mod_[gvar], index), f"{gvar.name_hint}_in_place")
         # the kernel's parameters lost `index`; the overwritten tensor goes in the output's place
         args = args[:index] + args[index + 1:] + [args[index]]
-        return relax.call_tir_inplace(self.rewritten[gvar, index], relax.Tuple(args), len(args) - 1, call.ty_args[0])
+        return relax.call_tir_inplace(self.rewritten[gvar], relax.Tuple(args), len(args) - 1, call.ty_args[0])
 
 
 @tvm.transform.module_pass(opt_level=0, name="WriteInPlace")
