@@ -122,9 +122,16 @@ def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return _update_prim_funcs(mod, lambda func: topi_accel.claim_iterations(func, knobs.cores))
 
 
+@tvm.transform.module_pass(opt_level=0, name="InsertPrefetches")
+def insert_prefetches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Put into the kernels whose schedules asked for them the prefetches of the next weight
+    panel (topi_accel.prefetch); they are lowered to do so, hence late, like ClaimIterations."""
+    return _update_prim_funcs(mod, topi_accel.insert_prefetches)
+
+
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     return (cpu_generic.pipeline.dataflow_lower_passes(target) + cpu_generic.pipeline.finalize_passes(target)
-            + [claim_iterations])
+            + [insert_prefetches, claim_iterations])
 
 
 def _sequential(passes) -> tvm.transform.Pass:

@@ -19,6 +19,7 @@ from .conv2d import (
 from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from .workshare import claim_iterations
+from .prefetch import insert_prefetches
 from . import tuning
 from .dense import (
     DenseConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "DenseConfig",
     "check_dense",
     "claim_iterations",
+    "insert_prefetches",
     "conv2d_candidates",
     "conv2d_config",
     "conv2d_key",

@@ -26,6 +26,7 @@ from tvm.tirx import IndexMap
 
 from . import tuning
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .prefetch import insert_prefetches, prefetch_next_panel
 from .tiles import register_tile, vectorize_inner
 from .workshare import claim_iterations
 
@@ -281,6 +282,9 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
         outer, tile = sch.fuse(oo, n, h), wo
+        if geo.groups == 1:
+            panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
+            prefetch_next_panel(sch, rc, 1, panel, geo.batch * geo.out_h, geo.batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
         outer, tile = sch.fuse(n, h), oo
@@ -358,7 +362,8 @@ def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5,
             (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
         ).astype("float32"))
         func = conv2d_nhwc_ohwi_func(geo, cfg)
-        func = claim_iterations(func, cpu_knobs(target).cores) or func  # as the build runs it (if parallel)
+        func = insert_prefetches(func) or func  # as the build runs it
+        func = claim_iterations(func, cpu_knobs(target).cores) or func  # (if parallel)
         lib = tvm.compile(tvm.IRModule({"main": func}), target).jit()
         ms = lib.time_evaluator("main", dev, number=number, repeat=3)(data_t, kernel, out_t).median * 1e3
         if ms < best_ms:

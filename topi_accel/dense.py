@@ -21,6 +21,7 @@ from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 from tvm.topi.utils import ravel_index, unravel_index
 
+from .prefetch import prefetch_next_panel
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .tiles import register_tile, vectorize_inner
 
@@ -112,15 +113,21 @@ def keeps_rows(rows, cfg: DenseConfig) -> bool:
 
 def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
     """Schedule a PrimFunc made from `dense_kn` (blocks found by name)."""
-    return schedule_matmul(func, "dense_kn", n, cfg)
+    return schedule_matmul(func, "dense_kn", n, cfg, prefetch_weights=True)
 
 
-def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
-    """Register-tile `name`_acc (loops [batch,] i, j, k) and write back `name` from registers."""
+def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig, prefetch_weights: bool = False) -> tirx.PrimFunc:
+    """Register-tile `name`_acc (loops [batch,] i, j, k) and write back `name` from registers.
+
+    prefetch_weights: the second operand is packed ([batch,] N/nb, K, nb), so its column
+    blocks' panels follow each other in the order the outer loop visits them: the tiles of
+    one prefetch the next (topi_accel.prefetch).
+    """
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock(f"{name}_acc")
     out = sch.get_sblock(name)
     *batch, i, j, rk = sch.get_loops(acc)
+    rows, k = (int(sch.get(loop).extent) for loop in (i, rk))
     io, ii = sch.split(i, [None, cfg.m_block])
     jo, ji = sch.split(j, [None, cfg.n_block])
     # column block outermost: its weight panel stays in cache while the rows stream past
@@ -128,10 +135,12 @@ def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig) ->
     outer = sch.fuse(*batch, jo, io)
     if cfg.parallel:
         sch.parallel(outer)
+    if prefetch_weights:
+        prefetch_next_panel(sch, rk, 1, k * cfg.n_block, rows // cfg.m_block, rows)
     register_tile(sch, ii, ji, cfg.lanes)
     sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
-    sch.decompose_reduction(acc, rk)
+    sch.decompose_reduction(acc, sch.get_loops(acc)[1])  # the first reduction loop
     vectorize_inner(sch, out, cfg.lanes)
     return sch.mod["main"]
 

@@ -190,7 +190,7 @@ def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Wino
     """Schedule a PrimFunc made from `conv2d_winograd` (blocks found by name)."""
     lanes, m = cfg.lanes, cfg.tile
     # the alpha^2 products: register tiles as dense_kn's, parallel over (plane, column block, row block)
-    sch = s_tir.Schedule(schedule_matmul(func, "conv2d_winograd_gemm", geo.out_c, cfg))
+    sch = s_tir.Schedule(schedule_matmul(func, "conv2d_winograd_gemm", geo.out_c, cfg, prefetch_weights=True))
     parallel = sch.parallel if cfg.parallel else (lambda loop: None)
 
     pad = sch.get_sblock("conv2d_winograd_pad")

@@ -15,7 +15,7 @@ LLVM IR functions that the module links in (TVM's ``pragma_import_llvm``);
 they need nothing at run time.
 
 A claimed index is a value, not a loop variable, and no buffer region may be
-relaxed over it, so `claim_iterations` first runs TVM's lowering passes up to
+relaxed over it, so `claim_iterations` first runs TVM's lowering passes (`lower_blocks`) up to
 flat, block-free buffers with their regions compacted (the build runs them
 again: a no-op by then) and rewrites that function. It is the last step of a
 kernel's schedule: no schedule primitive applies after it.
@@ -42,7 +42,7 @@ define linkonce_odr i32 @{PEEK}(ptr %counter) alwaysinline {{
 """
 
 
-def _lower_blocks() -> tvm.transform.Pass:
+def lower_blocks() -> tvm.transform.Pass:
     """TVM's s_tir lowering (its default pipeline's first passes) up to a block-free function
     with flat buffers and int32 indices where they fit; compaction once more at the end, as
     the build would do after the rewrite (on BERT's head transposes it shrinks a per-row
@@ -126,7 +126,7 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     """`func` (scheduled) lowered to a block-free function in which the threads claim the
     iterations of each top-level parallel loop: at most MAX_CLAIMS chunks of it, in `slices`
     slices (one per thread it is built for); None if it has no such loop."""
-    lowered = _lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _rewrite(lowered.body, slices, rewritten)
     return lowered.with_body(body) if rewritten else None

@@ -1,0 +1,101 @@
+"""Prefetches of the next weight panel: where the schedules ask for them, which lines they
+fetch (recorded by running the kernel with a call in place of each prefetch), and that the
+kernels with them compute what they did."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import tirx
+
+import accel_target
+import topi_accel
+from topi_accel import prefetch as P
+from tests.helpers import assert_close, matmul_module, pack, rand, run_primfunc
+
+RECORD = "testing.accel_prefetched"
+
+
+def _dense(m, k, n, parallel=True):
+    with tvm.target.Target("accel"):
+        cfg = replace(topi_accel.dense_config(m, n), parallel=parallel)
+    return topi_accel.dense_kn_func(m, k, n, cfg), cfg
+
+
+def _conv(parallel=True):
+    # 8x8 outputs, a 1x1 kernel of 32 KB: channel blocks outer (8 rows of 8 pixels per panel)
+    geo = topi_accel.conv2d_geometry((1, 8, 8, 128), (64, 1, 1, 128))
+    with tvm.target.Target("accel") as target:
+        cfg = replace(topi_accel.conv2d_config(geo, target), parallel=parallel)
+    assert cfg.channels_outer
+    return topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), cfg
+
+
+def _winograd(parallel=True):
+    # 14x14 outputs: F(2x2), 49 tiles per panel of the transformed kernel
+    geo = topi_accel.conv2d_geometry((1, 14, 14, 128), (64, 3, 3, 128), 1, 1)
+    with tvm.target.Target("accel") as target:
+        cfg = replace(topi_accel.winograd_config(geo, target), parallel=parallel)
+    return topi_accel.conv2d_winograd_func(geo, cfg), cfg
+
+
+def _panels(func) -> tuple[int, int]:
+    """(panels, floats per panel) of the weights (parameter 1, panels outermost)."""
+    shape = [int(v) for v in func.params[1].ty.shape]
+    if len(shape) == 4:  # Winograd's [alpha^2, O/nb, C, nb]: a panel per (plane, column block)
+        return shape[0] * shape[1], shape[2] * shape[3]
+    return shape[0], int(np.prod(shape[1:]))  # dense_kn's [N/nb, K, nb], conv's [O/ob, KH, KW, C, ob]
+
+
+@pytest.mark.parametrize("make", [lambda: _dense(64, 256, 96, False), lambda: _conv(False), lambda: _winograd(False)],
+                         ids=["dense", "conv", "winograd"])
+def test_each_panel_prefetches_the_next_one_line_by_line(make):
+    func, _ = make()
+    lines = []
+    tvm.register_global_func(RECORD, lambda offset: lines.append(offset // P.LINE_FLOATS), override=True)
+    record = lambda buffer, offset: tirx.Evaluate(tirx.call_packed(RECORD, offset))
+    recording = topi_accel.insert_prefetches(func, fetch=record)
+    assert recording is not None
+    inputs = [rand(*[int(v) for v in p.ty.shape]) for p in func.params[:-1]]
+    run_primfunc(recording, inputs, [int(v) for v in func.params[-1].ty.shape])
+
+    panels, panel = _panels(func)
+    panel_lines, total = panel // P.LINE_FLOATS, panels * panel // P.LINE_FLOATS
+    assert set(lines) == set(range(total))  # every line, the first panel's by the last one's rows (wrapping)
+    assert len(lines) < 1.25 * total  # a line once, give or take rounding at the shares' ends
+    # serial: the first panel's rows run first, and fetch the second panel
+    first = lines[: len(lines) // panels]
+    assert min(first) >= panel_lines - 1 and max(first) < 2 * panel_lines + 1
+
+
+def test_no_prefetch_where_the_weights_stream_anyway():
+    assert topi_accel.insert_prefetches(_dense(1, 2048, 1000)[0]) is None  # GEMV: one row per panel
+    assert topi_accel.insert_prefetches(_dense(16, 768, 768)[0]) is None  # 16 rows
+    assert topi_accel.insert_prefetches(_dense(64, 200, 96)[0]) is None  # K not a multiple of the steps
+    assert topi_accel.insert_prefetches(_dense(64, P.STEPS, 96)[0]) is None  # one step: nothing to spread over
+    func = topi_accel.insert_prefetches(_dense(64, 256, 96)[0])
+    assert func is not None and func.script().count("T.prefetch(") == 1
+
+
+def test_kernels_with_prefetches_compute_what_they_did():
+    func, cfg = _dense(64, 256, 96)
+    a, w = rand(64, 256), rand(256, 96)
+    claimed = topi_accel.claim_iterations(topi_accel.insert_prefetches(func), 2)
+    assert_close(run_primfunc(claimed, [a, pack(w, topi_accel.weight_pack_map(cfg))], (64, 96)), a @ w)
+
+    func, cfg = _conv()
+    x, k = rand(1, 8, 8, 128), rand(64, 1, 1, 128)
+    claimed = topi_accel.claim_iterations(topi_accel.insert_prefetches(func), 2)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(k).permute(0, 3, 1, 2))
+    out = run_primfunc(claimed, [x, pack(k, topi_accel.kernel_pack_map(cfg))], (1, 8, 8, 64))
+    assert_close(out, ref.permute(0, 2, 3, 1).numpy())
+
+
+def test_the_build_inserts_the_prefetches():
+    mod = matmul_module(rand(64, 256), rand(256, 96), True)
+    with tvm.target.Target("accel") as target:
+        lowered = accel_target.pipeline.insert_prefetches(accel_target.optimize(mod, target=target))
+    kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert sum("T.prefetch(" in k for k in kernels) == 1
