@@ -11,7 +11,8 @@ Schedule: parallel over (output-channel block, batch, output row) — channel
 block innermost instead for grouped/depthwise convs; a register tile of
 ``ow_block`` output columns x ``oc_block`` channels accumulates over
 (kh, kw, c) with the input broadcast (loaded as a vector when depthwise) and
-the weights vector-loaded.
+the weights vector-loaded. With the channel block outermost, each output row
+prefetches its share of the next block's kernel (`topi_accel.prefetch`).
 """
 
 from __future__ import annotations

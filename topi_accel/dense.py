@@ -7,7 +7,8 @@ as an IndexMap, applied at compile time to constant weights.
 
 Schedule: parallel over (column block, row block) with the column block
 outermost, so a weight panel stays in cache while all rows stream past it; a
-register tile of ``m_block`` rows x ``n_block`` columns accumulates over K.
+register tile of ``m_block`` rows x ``n_block`` columns accumulates over K; each
+row block prefetches its share of the next panel (`topi_accel.prefetch`).
 """
 
 from __future__ import annotations
