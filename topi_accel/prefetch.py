@@ -96,7 +96,7 @@ def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list,
                 body = tirx.SeqStmt([_prefetches(loops + [stmt], outer, params, fetch), body])
                 inserted.append(stmt)
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
-    if hasattr(stmt, "body"):
+    if hasattr(stmt, "body"):  # a While: a claimed loop (claim_iterations runs after this), or not ours
         raise TypeError(f"insert_prefetches: a {type(stmt).__name__} in a kernel's loop nest is not handled")
     return stmt
 

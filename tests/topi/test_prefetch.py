@@ -79,6 +79,13 @@ def test_no_prefetch_where_the_weights_stream_anyway():
     assert func is not None and func.script().count("T.prefetch(") == 1
 
 
+def test_prefetches_go_in_before_the_claims_not_after():
+    # claimed, the parallel loop is a loop over slices: offsets computed from it would be wrong
+    claimed = topi_accel.claim_iterations(_dense(64, 256, 96)[0], 2)
+    with pytest.raises(TypeError, match="While"):
+        topi_accel.insert_prefetches(claimed)
+
+
 def test_kernels_with_prefetches_compute_what_they_did():
     func, cfg = _dense(64, 256, 96)
     a, w = rand(64, 256), rand(256, 96)
