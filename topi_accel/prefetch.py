@@ -39,8 +39,9 @@ def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel
     reduction: the first reduction loop of the register tile's block, under the outer
     (parallel) loop, which runs `per_panel` iterations per panel of `panel` floats of
     parameter `buffer_index`, panels one after the other in memory and in the loop; rows:
-    the product's rows that read one panel. Splits `reduction` by STEPS (it must divide
-    it) and annotates the outer part. Returns whether it did.
+    the product's rows that read one panel. Splits `reduction` by STEPS and annotates the
+    outer part; not when STEPS does not divide it into several parts, or rows < MIN_ROWS.
+    Returns whether it did.
     """
     extent = int(sch.get(reduction).extent)
     if rows < MIN_ROWS or extent % STEPS or extent == STEPS:
