@@ -22,8 +22,8 @@ from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 from tvm.topi.utils import ravel_index, unravel_index
 
-from .prefetch import prefetch_next_panel
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .prefetch import prefetch_next_panel
 from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
