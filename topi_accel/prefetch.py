@@ -19,6 +19,8 @@ address past the buffer wraps around to its start.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import s_tir, tirx
 
@@ -33,7 +35,7 @@ MIN_ROWS = 32
 LINE_FLOATS = 16
 
 
-def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel: int, rows: int) -> bool:
+def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel: int, rows: int) -> None:
     """Make the iterations of the outer loop prefetch the next weight panel, if worth it.
 
     reduction: the first reduction loop of the register tile's block, under the outer
@@ -41,16 +43,14 @@ def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel
     parameter `buffer_index`, panels one after the other in memory and in the loop; rows:
     the product's rows that read one panel. Splits `reduction` by STEPS and annotates the
     outer part; not when STEPS does not divide it into several parts, or rows < MIN_ROWS.
-    Returns whether it did.
     """
     extent = int(sch.get(reduction).extent)
     if rows < MIN_ROWS or extent % STEPS or extent == STEPS:
-        return False
+        return
     outer, _ = sch.split(reduction, [None, STEPS])
     # outer iteration p prefetches the floats [(p + per_panel) * share, + share): its share of
     # the panel per_panel iterations further on, i.e. of the next one
     sch.annotate(outer, PREFETCH, [buffer_index, -(-panel // per_panel), per_panel])
-    return True
 
 
 def prefetch(buffer, offset) -> tirx.Stmt:
@@ -63,9 +63,7 @@ def _prefetches(loops: list[tirx.For], outer: tirx.Var, params, fetch) -> tirx.S
     """The prefetches of one iteration of ``loops[-1]`` (annotated), inside ``loops[:-1]``."""
     index, share, ahead = (int(v) for v in loops[-1].annotations[PREFETCH])
     buffer = params[index]
-    total = 1
-    for extent in buffer.ty.shape:
-        total *= int(extent)
+    total = math.prod(int(extent) for extent in buffer.ty.shape)
     dtype = loops[-1].loop_var.ty
     const = lambda v: tirx.const(v, dtype)
     iteration, iterations = const(0), 1  # of the nest, row-major
