@@ -3,16 +3,52 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 import tvm.testing
 import tvm.topi.testing
 from tvm import relax
+from tvm.target import codegen
 
 import accel_target  # noqa: F401  (registers the target)
 from accel_target.report import module_kernels
 from strategy.layout import map_array
 
 RNG = np.random.default_rng(0)
+
+# Targets pinned to one x86 ISA whatever the host, so that every test expectation comes
+# from a target's features: schedule decisions and generated code are checked for each
+# ISA on any machine; kernels run for those this host can execute (`runs_here`).
+ISAS = {
+    "avx512": {"tag": "accel", "mcpu": "skylake-avx512"},  # 512-bit vectors, 32 registers
+    "avx2": {"tag": "accel", "mcpu": "haswell"},  # 256-bit vectors + FMA, 16 registers
+    "sse": {"tag": "accel", "mcpu": "x86-64"},  # 128-bit vectors, no FMA: a host without AVX
+}
+# LLVM feature -> /proc/cpuinfo flag, for what the ISAs above need
+_FLAGS = {"avx512f": "avx512f", "avx2": "avx2", "fma": "fma", "avx": "avx"}
+
+
+def _host_flags() -> set[str]:
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        line = next((l for l in cpuinfo if l.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def runs_here(target) -> bool:
+    """Whether this host can execute code built for `target` (a name, dict or Target)."""
+    target = tvm.target.Target(target)
+    needed = [flag for feature, flag in _FLAGS.items() if codegen.llvm_cpu_has_features([feature], target)]
+    return set(needed) <= _host_flags()
+
+
+def isa_params(*names: str) -> list:
+    """pytest params of the ISA targets `names` (default: all) whose kernels run here; the
+    others are skipped, naming the feature the host lacks."""
+    params = []
+    for name in names or ISAS:
+        mark = pytest.mark.skipif(not runs_here(ISAS[name]), reason=f"host cannot run {name} code")
+        params.append(pytest.param(ISAS[name], id=name, marks=mark))
+    return params
 
 
 def rand(*shape, dtype="float32"):

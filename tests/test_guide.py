@@ -5,6 +5,7 @@ asserts). Its registration (key "accel_guide") lives in a copy of the strategy
 registry that is dropped when the guide tests end, so no other test sees it.
 """
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -33,15 +34,21 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     ]
 
 
-@pytest.fixture(scope="class")
-def guide():
-    """The guide's namespace after all its blocks ran; its registration is undone afterwards."""
+@contextlib.contextmanager
+def guide_namespace():
+    """The guide's namespace after all its blocks ran; its registration is undone on exit."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(registry, "_IMPLEMENTATIONS", {op: list(impls) for op, impls in registry._IMPLEMENTATIONS.items()})
         namespace = {"__name__": "adding_a_kernel"}
         for line, code in python_blocks(GUIDE.read_text()):
             # padded so that a traceback points at the guide's own line numbers
             exec(compile("\n" * (line - 1) + code, str(GUIDE), "exec"), namespace)
+        yield namespace
+
+
+@pytest.fixture(scope="class")
+def guide():
+    with guide_namespace() as namespace:
         yield namespace
 
 
@@ -143,7 +150,8 @@ class TestGuide:
         assert accel_target.report(executable).count("tvm", [OP]) == 1
 
 
-def test_guide_registration_is_undone_after_the_guide_tests():
-    # runs after TestGuide (file order): its class-scoped registry copy is gone by now
+def test_guide_registration_is_undone_when_the_guide_ends():
+    with guide_namespace():
+        assert [i.name for i in strategy.implementations(OP)] == [IMPL]
     assert OP not in strategy.covered_ops()
     assert strategy.implementations(OP) == []

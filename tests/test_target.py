@@ -5,13 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tvm
 from tvm import relax
 from tvm.target import codegen
 
 import accel_target
 import topi_accel
-from tests.helpers import assert_close, matmul_module, rand, run_relax, single_op_module
+from tests.helpers import ISAS, assert_close, matmul_module, rand, run_relax, runs_here, single_op_module
 
 
 def test_tag_is_llvm_with_accel_keys_and_host_cpu():
@@ -32,17 +33,28 @@ def _kernel_asm(target):
     return tvm.tirx.build(mod, target).inspect_source("asm")
 
 
-def test_kernels_use_avx512_registers():
-    flags = open("/proc/cpuinfo").read()
+# the vector registers and FMA each ISA's kernels must use (compiled, not run: any host)
+REGISTERS = {"avx512": ("zmm", True), "avx2": ("ymm", True), "sse": ("xmm", False)}
+WIDER = {"zmm": [], "ymm": ["zmm"], "xmm": ["ymm", "zmm"]}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_kernels_use_the_vectors_of_their_isa(isa):
+    asm = _kernel_asm(ISAS[isa])
+    register, fma = REGISTERS[isa]
+    assert register in asm and not any(wider in asm for wider in WIDER[register])
+    assert ("vfmadd" in asm) == fma
+
+
+def test_host_tag_uses_the_widest_vectors_of_the_host():
+    widest = next((isa for isa in ISAS if runs_here(ISAS[isa])), "sse")
+    register, _ = REGISTERS[widest]
     asm = _kernel_asm("accel")
-    if " avx512f" in flags:
-        assert "zmm" in asm and "vfmadd" in asm
-    else:
-        assert "ymm" in asm
+    assert register in asm and not any(wider in asm for wider in WIDER[register])
 
 
 def test_derived_avx2_variant_uses_256_bit_vectors():
-    asm = _kernel_asm({"tag": "accel", "mattr": ["-avx512f"]})
+    asm = _kernel_asm({"tag": "accel", "mcpu": "skylake-avx512", "mattr": ["-avx512f"]})
     assert "zmm" not in asm and "ymm" in asm
 
 

@@ -6,7 +6,7 @@ import pytest
 import tvm
 
 import topi_accel
-from tests.helpers import assert_close, conv2d_reference, pack, rand, run_primfunc
+from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand, run_primfunc
 
 # (batch, height, width, in_c, out_c, kernel, stride, padding, dilation, groups)
 SHAPES = [
@@ -37,12 +37,8 @@ SHAPES = [
     (1, 9, 9, 7, 7, 3, 1, 1, 1, 7),
 ]
 
-TARGETS = [
-    "accel",
-    # 256-bit vectors (AVX2 tiles) and single-threaded kernels: the other schedule paths
-    {"tag": "accel", "mattr": ["-avx512f"]},
-    {"tag": "accel", "num-cores": 1},
-]
+# float32 lanes of each ISA's vectors
+LANES = {"avx512": 16, "avx2": 8, "sse": 4}
 
 
 def _run(shape, target, **config):
@@ -65,13 +61,15 @@ def test_conv2d_nhwc_ohwi(shape):
     assert_close(out, ref)
 
 
-@pytest.mark.parametrize("target", TARGETS[1:], ids=str)
+# every ISA's tiles (those this host can run) and single-threaded kernels: the other schedule paths
+@pytest.mark.parametrize("target", [*isa_params(), {"tag": "accel", "num-cores": 1}], ids=str)
 @pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[5], SHAPES[8], SHAPES[14]], ids=str)
 def test_conv2d_nhwc_ohwi_target_variants(shape, target):
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
-    if "mattr" in target:
-        assert cfg.lanes == 8
+    isa = next((name for name, pinned in ISAS.items() if pinned == target), None)
+    if isa:
+        assert cfg.lanes == LANES[isa] and cfg.parallel
     else:
         assert not cfg.parallel
 
@@ -86,15 +84,28 @@ def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
     assert_close(out, ref)
 
 
-def test_conv2d_config_heuristic():
-    with tvm.target.Target("accel"):
+# per ISA: (out channels, the block chosen) -- two vectors, or three when that divides the
+# channels and two does not (144 on AVX-512: 48, not 32 padded to 160) -- and the widest
+# row of outputs the register budget holds with two vectors (24 zmm / 12 ymm accumulators)
+OC_BLOCKS = {
+    "avx512": [(144, 48), (64, 32), (96, 32)],
+    "avx2": [(144, 16), (64, 16), (24, 24), (40, 16)],
+    "sse": [(144, 8), (12, 12), (64, 8)],
+}
+OW_BLOCK_TWO_VECTORS = {"avx512": 12, "avx2": 6, "sse": 6}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_conv2d_config_heuristic(isa):
+    with tvm.target.Target(ISAS[isa]):
         def config(h, c, o, k):
             return topi_accel.conv2d_config(topi_accel.conv2d_geometry((1, h, h, c), (o, k, k, c), 1, k // 2))
 
         assert not config(56, 64, 64, 3).channels_outer  # large image, small kernel: channels inner
         assert config(7, 512, 512, 3).channels_outer  # 9 MB kernel: channels outer
-        assert config(56, 24, 144, 1).oc_block == 48  # a block that divides 144, not 32 padded to 160
-        assert config(56, 64, 64, 1).oc_block == 32
+        for out_c, block in OC_BLOCKS[isa]:
+            assert config(56, 24, out_c, 1).oc_block == block, out_c
+        assert config(48, 64, 2 * LANES[isa], 1).ow_block == OW_BLOCK_TWO_VECTORS[isa]
 
 
 def test_conv2d_schedule_is_vectorized_and_parallel():
@@ -106,15 +117,24 @@ def test_conv2d_schedule_is_vectorized_and_parallel():
     assert 'scope="local"' in text  # the register tile
 
 
-@pytest.mark.parametrize("out_c, lanes", [(24, 8), (20, 4)])
-def test_conv2d_channel_tail_write_back_is_vectorized(out_c, lanes):
-    # out_c channels in a 32-channel block: the write-back copies them in vectors of the
-    # widest width dividing out_c (MobileNetV2's 24: 3 x 8), not one scalar at a time
-    shape = (1, 10, 8, 16, out_c, 1, 1, 0, 1, 1)
-    out, ref, cfg = _run(shape, "accel")
-    assert_close(out, ref)
-    assert cfg.oc_block == 32
-    with tvm.target.Target("accel"):
+# (ISA, out channels, write-back width): fewer channels than one block of two vectors, which
+# the write-back copies in vectors of the widest width dividing them (MobileNetV2's 24 on
+# AVX-512: 3 x 8), not one scalar at a time
+CHANNEL_TAILS = [("avx512", 24, 8), ("avx512", 20, 4), ("avx2", 12, 4)]
+
+
+@pytest.mark.parametrize("isa, out_c, width", CHANNEL_TAILS)
+def test_conv2d_channel_tail_write_back_is_vectorized(isa, out_c, width):
+    with tvm.target.Target(ISAS[isa]):
         geo = topi_accel.conv2d_geometry((1, 10, 8, 16), (out_c, 1, 1, 16))
+        cfg = topi_accel.conv2d_config(geo)
+    assert cfg.oc_block == 2 * LANES[isa]
     write_back = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg).script().split('T.sblock("conv2d_nhwc_ohwi_acc_update")')[1]
-    assert f"T.vectorized(T.int64({lanes}))" in write_back
+    assert f"T.vectorized(T.int64({width}))" in write_back
+
+
+@pytest.mark.parametrize("out_c", [24, 20, 12])
+@pytest.mark.parametrize("target", isa_params(), ids=str)
+def test_conv2d_channel_tail(target, out_c):
+    out, ref, _ = _run((1, 10, 8, 16, out_c, 1, 1, 0, 1, 1), target)
+    assert_close(out, ref)

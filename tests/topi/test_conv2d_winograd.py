@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 import topi_accel
-from tests.helpers import assert_close, conv2d_reference, rand, run_primfunc
+from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, rand, run_primfunc
 
 # (batch, height, width, in_c, out_c, padding): 3x3, stride 1
 SHAPES = [
@@ -20,12 +20,8 @@ SHAPES = [
     (1, 18, 18, 16, 32, 0),
     (1, 16, 17, 32, 32, (0, 1, 2, 1)),
 ]
-TARGETS = [
-    "accel",
-    # 256-bit vectors and single-threaded kernels: the other schedule paths
-    {"tag": "accel", "mattr": ["-avx512f"]},
-    {"tag": "accel", "num-cores": 1},
-]
+# every ISA's tiles (those this host can run) and single-threaded kernels: the other schedule paths
+TARGETS = [*isa_params(), {"tag": "accel", "num-cores": 1}]
 
 
 def _run(shape, tile, target="accel"):
@@ -46,7 +42,7 @@ def test_conv2d_winograd(shape, tile):
     assert_close(out, ref)
 
 
-@pytest.mark.parametrize("target", TARGETS[1:], ids=str)
+@pytest.mark.parametrize("target", TARGETS, ids=str)
 @pytest.mark.parametrize("tile", [2, 4])
 def test_conv2d_winograd_target_variants(target, tile):
     out, ref = _run(SHAPES[2], tile, target)
@@ -72,19 +68,25 @@ def test_transformed_kernel_matches_definition():
         ((1, 56, 56, 64), (64, 1, 1, 64), {}, "kernel 1x1 is not 3x3"),
         ((1, 56, 56, 64), (64, 3, 3, 64), {"strides": 2, "padding": 1}, "strides (2, 2)"),
         ((1, 56, 56, 64), (64, 3, 3, 16), {"padding": 1, "groups": 4}, "groups=4"),
-        ((1, 56, 56, 24), (64, 3, 3, 24), {"padding": 1}, "channels 24->64 are not multiples of 16"),
+        ((1, 56, 56, 10), (64, 3, 3, 10), {"padding": 1}, "channels 10->64 are not multiples of {lanes}"),
         ((1, 7, 7, 512), (512, 3, 3, 512), {"padding": 1}, "output 7x7 has fewer than 196 pixels"),
     ],
 )
-def test_winograd_condition_names_what_it_does_not_take(data, kernel, kwargs, reason):
-    with tvm.target.Target("accel"):
+@pytest.mark.parametrize("isa", ISAS)
+def test_winograd_condition_names_what_it_does_not_take(isa, data, kernel, kwargs, reason):
+    lanes = {"avx512": 16, "avx2": 8, "sse": 4}[isa]
+    with tvm.target.Target(ISAS[isa]):
         geo = topi_accel.conv2d_geometry(data, kernel, **kwargs)
-        assert reason in topi_accel.winograd_condition(geo)
+        assert reason.format(lanes=lanes) in topi_accel.winograd_condition(geo)
 
 
-def test_winograd_condition_takes_a_resnet_3x3():
-    with tvm.target.Target("accel"):
+@pytest.mark.parametrize("isa", ISAS)
+def test_winograd_condition_takes_a_resnet_3x3(isa):
+    with tvm.target.Target(ISAS[isa]):
         assert topi_accel.winograd_condition(topi_accel.conv2d_geometry((1, 28, 28, 64), (64, 3, 3, 64), 1, 1)) is None
+        # 24 channels are whole 256-bit vectors, not whole 512-bit ones
+        geo = topi_accel.conv2d_geometry((1, 28, 28, 24), (24, 3, 3, 24), 1, 1)
+        assert (topi_accel.winograd_condition(geo) is None) == (isa != "avx512")
 
 
 def test_transform_kernel_rejects_other_kernels():
