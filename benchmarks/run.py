@@ -2,15 +2,37 @@
 
     python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
-Writes benchmarks/results/{kernels,models}.{md,png}; ACCEL_BENCH_THREADS sets the
-thread count for every contender (default: every core).
+Writes benchmarks/results/{kernels,models}.{md,png} and the results section of
+benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every
+contender (default: every core). `python benchmarks/run.py --readme` only
+regenerates that section from the results already there.
 """
 
 import os
+import re
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = ("models.md", "kernels.md")
+SECTION = re.compile(r"(<!-- results:[^\n]*-->\n).*?(<!-- /results -->)", re.DOTALL)
+
+
+def write_readme() -> None:
+    """Put benchmarks/results/{models,kernels}.md between the README's results markers,
+    their headings one level down."""
+    tables = []
+    for name in RESULTS:
+        with open(os.path.join(HERE, "results", name), encoding="utf-8") as f:
+            tables.append(re.sub(r"^# ", "### ", f.read().strip(), flags=re.MULTILINE))
+    readme = os.path.join(HERE, "README.md")
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    if not SECTION.search(text):
+        raise SystemExit(f"{readme}: no '<!-- results: ... -->' ... '<!-- /results -->' section to fill")
+    body = "\n\n".join(tables)
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(SECTION.sub(lambda m: f"{m.group(1)}\n{body}\n\n{m.group(2)}", text))
 
 
 def main() -> int:
@@ -18,8 +40,12 @@ def main() -> int:
     if {"-h", "--help"} & set(sys.argv[1:]):
         print(__doc__)
         return subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), "--help"], cwd=root).returncode
+    if sys.argv[1:] == ["--readme"]:
+        write_readme()
+        return 0
     kernels = subprocess.run([sys.executable, "-m", "pytest", os.path.join(HERE, "bench_kernels.py"), "-q", "-p", "no:cacheprovider"], cwd=root)
     models = subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), *sys.argv[1:]], cwd=root)
+    write_readme()
     return kernels.returncode or models.returncode
 
 
