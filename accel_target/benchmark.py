@@ -9,11 +9,21 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from topi_accel.knobs import vector_bits
+
 from .pipeline import build
 from .target import machine, num_threads
 
 
 WARMUP_S = 0.2
+# the widest vectors of a target, by the name its benchmark results are kept under
+ISA_BY_VECTOR_BITS = {512: "avx512", 256: "avx2", 128: "sse"}
+
+
+def isa(target="accel") -> str:
+    """"avx512", "avx2" or "sse": the vector ISA the kernels of `target` use (the host's for
+    the plain "accel" tag); benchmark results are kept per ISA."""
+    return ISA_BY_VECTOR_BITS[vector_bits(tvm.target.Target(target))]
 
 
 def median_ms(fn, repeat: int) -> float:

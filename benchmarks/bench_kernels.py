@@ -2,7 +2,7 @@
 
     python -m pytest benchmarks/bench_kernels.py
 
-prints (and writes to benchmarks/results/kernels.md and .png) the median time of
+prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median time of
 each contender per shape, accel's speed-up over each, and the geometric mean of
 the speed-ups per family, all on the same threads.
 """

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
 
-Writes benchmarks/results/models.md and models.png (machine, threads, versions
+Writes benchmarks/results/<isa>/models.md and models.png (machine, threads, versions
 recorded). Each contender runs the same random-weight model (benchmarks/models.py)
 on the same input; accel's output is compared with PyTorch's (max rel error
 column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
@@ -25,7 +25,7 @@ if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import median_ms, onnxruntime_runner, vm_runner  # noqa: E402
+from accel_target.benchmark import isa, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
@@ -35,7 +35,7 @@ import tvm  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = os.path.join(os.path.dirname(__file__), "results", isa())  # one folder per vector ISA
 ROUNDS = 10
 
 

@@ -9,6 +9,7 @@ import math
 import os
 
 import accel_target
+from accel_target.benchmark import isa
 
 THREADS = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
 os.environ["TVM_NUM_THREADS"] = str(THREADS)
@@ -22,7 +23,7 @@ import tvm  # noqa: E402
 torch.set_num_threads(THREADS)
 threadpoolctl.threadpool_limits(THREADS)
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = os.path.join(os.path.dirname(__file__), "results", isa())  # one folder per vector ISA
 
 
 def pytest_collection_modifyitems(items):

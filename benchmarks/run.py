@@ -2,8 +2,8 @@
 
     python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
-Writes benchmarks/results/{kernels,models}.{md,png} and the results section of
-benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every
+Writes benchmarks/results/<isa>/{kernels,models}.{md,png} (<isa>: avx512, avx2 or
+sse, the host's widest vectors) and the results section of benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every
 contender (default: every core). `python benchmarks/run.py --readme` only
 regenerates that section from the results already there.
 """
@@ -15,16 +15,22 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = ("models.md", "kernels.md")
+ISAS = {"avx512": "AVX-512", "avx2": "AVX2", "sse": "SSE (no AVX)"}
 SECTION = re.compile(r"(<!-- results:[^\n]*-->\n).*?(<!-- /results -->)", re.DOTALL)
 
 
 def write_readme() -> None:
-    """Put benchmarks/results/{models,kernels}.md between the README's results markers,
-    their headings one level down."""
+    """Put benchmarks/results/<isa>/{models,kernels}.md between the README's results markers,
+    a section per ISA with results, their headings two levels down."""
     tables = []
-    for name in RESULTS:
-        with open(os.path.join(HERE, "results", name), encoding="utf-8") as f:
-            tables.append(re.sub(r"^# ", "### ", f.read().strip(), flags=re.MULTILINE))
+    for isa, title in ISAS.items():
+        folder = os.path.join(HERE, "results", isa)
+        if not os.path.isdir(folder):
+            continue
+        tables.append(f"### {title} host")
+        for name in RESULTS:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                tables.append(re.sub(r"^# ", "#### ", f.read().strip(), flags=re.MULTILINE))
     readme = os.path.join(HERE, "README.md")
     with open(readme, encoding="utf-8") as f:
         text = f.read()

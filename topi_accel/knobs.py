@@ -69,5 +69,11 @@ def pick_block(n: int, cap: int) -> int:
     return div if 2 * div >= cap else cap
 
 
+def ceil_div(n: int, d: int) -> int:
+    """Blocks of `d` that cover `n`."""
+    return -(-n // d)
+
+
 def round_up(n: int, block: int) -> int:
-    return (n + block - 1) // block * block
+    """`n` rounded up to a multiple of `block`."""
+    return ceil_div(n, block) * block

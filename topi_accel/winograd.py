@@ -28,7 +28,7 @@ from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_poi
 
 from .conv2d import Conv2DGeometry
 from .dense import batch_matmul_config, schedule_matmul
-from .knobs import cpu_knobs, round_up
+from .knobs import ceil_div, cpu_knobs, round_up
 from .tiles import vectorize_inner
 
 SUPPORTED_TILES = (2, 4)
@@ -129,7 +129,7 @@ def _entry(matrix: np.ndarray, row, col: int):
 
 def _grid(geo: Conv2DGeometry, tile: int) -> tuple[int, int]:
     """Tiles down and across the output."""
-    return -(-geo.out_h // tile), -(-geo.out_w // tile)
+    return ceil_div(geo.out_h, tile), ceil_div(geo.out_w, tile)
 
 
 def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: WinogradConfig) -> te.Tensor:
