@@ -71,9 +71,7 @@ def cmd_compile(args) -> int:
     if args.tuning_db and not os.path.isfile(args.tuning_db):
         raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
     executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights)
-    written = save(executable, args.output)
-    with open(args.output + ".json", "w") as f:
-        json.dump({"model": os.path.abspath(args.model), "input_layout": args.input_layout, "inputs": inputs}, f, indent=2)
+    written = save(executable, args.output, meta={"model": os.path.abspath(args.model), "input_layout": args.input_layout})
     rep = report(executable)
     if args.json:
         print(json.dumps({"output": args.output, "files": written, "inputs": inputs, "report": rep.to_dict()}, indent=2))
@@ -84,22 +82,6 @@ def cmd_compile(args) -> int:
     print(f"wrote {' and '.join(written)}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
           f"{k.activation_transforms} of activations, {k.weight_transforms} of weights")
     return 0
-
-
-def _check_inputs(arrays: list[np.ndarray], library: str) -> None:
-    """Compare the inputs with the signature written next to the library, when it is there."""
-    meta_path = library + ".json"
-    if not os.path.isfile(meta_path):
-        return
-    with open(meta_path) as f:
-        expected = json.load(f)["inputs"]
-    if len(arrays) != len(expected):
-        raise CLIError(f"the model takes {len(expected)} input(s) ({', '.join(e['name'] for e in expected)}), given {len(arrays)}")
-    for i, (array, want) in enumerate(zip(arrays, expected)):
-        if want["shape"] is not None and list(array.shape) != want["shape"]:
-            raise CLIError(f"input {i} ({want['name']}): expected shape {want['shape']}, given {list(array.shape)}")
-        if str(array.dtype) != want["dtype"]:
-            raise CLIError(f"input {i} ({want['name']}): expected dtype {want['dtype']}, given {array.dtype}")
 
 
 def cmd_run(args) -> int:
@@ -115,9 +97,8 @@ def cmd_run(args) -> int:
         if not os.path.isfile(path):
             raise CLIError(f"input file {path!r} does not exist")
         arrays.append(np.load(path))
-    _check_inputs(arrays, args.library)
-    model = load(args.library)
-    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    model = load(args.library)  # with its signature (LIBRARY.json): a missing or stale one is an error
+    tensors = model.check_inputs(arrays)  # count, dtype, shape, NaN/Inf: errors name the input
     result = model(*tensors)
     outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
     ms = model.time_ms(*tensors, number=args.repeat)

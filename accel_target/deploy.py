@@ -19,12 +19,30 @@ A machine with TVM's runtime alone (no accel_target) runs it with::
     out = vm["main"](x, *weights)
 
 `load` does the same and binds the weights: ``load("model.so")(x)``.
+
+`save` also writes the model's signature to ``PATH.json`` (`write_signature`): its
+inputs (name, shape, dtype), its weights' shapes and the library's SHA-256. `load`
+needs it and checks it against the library, the weights file and the executable's own
+parameter checks, so a missing, stale or edited file is a clear error, not a crash;
+a `Deployed` model checks every call's inputs against it (`check_inputs`).
+
+A `Deployed` model may be called from many threads at once: each thread runs it on a
+VirtualMachine of its own (TVM's VirtualMachine keeps its registers and program
+counter in the object, so two threads calling one VM corrupt each other: wrong
+results, errors from inside the VM, segfaults). Plain `relax.VirtualMachine` users
+must do the same: one VM per thread, or a lock around the calls.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
+import threading
+from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -32,6 +50,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from .transforms import num_inputs, with_function
 
 WEIGHTS_SUFFIX = ".params"
+SIGNATURE_SUFFIX = ".json"
+SIGNATURE_FORMAT = "accel-signature/1"
 WEIGHT_MODES = ("embedded", "separate")
 
 
@@ -74,11 +94,85 @@ def weights_path(library: str | os.PathLike) -> str:
     return os.fspath(library) + WEIGHTS_SUFFIX
 
 
-def save(executable: relax.VMExecutable, library: str | os.PathLike) -> list[str]:
-    """Export `executable` to `library` (.so) and, if it was built with ``weights="separate"``,
-    its weights to ``library + ".params"``. Returns the paths written."""
+def signature_path(library: str | os.PathLike) -> str:
+    return os.fspath(library) + SIGNATURE_SUFFIX
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What one parameter of ``main`` takes: `shape` has None for a dimension of any size
+    (None altogether: any shape)."""
+
+    name: str
+    shape: tuple | None
+    dtype: str
+
+    def describe(self) -> str:
+        if self.shape is None:
+            return f"{self.name}: {self.dtype} any shape"
+        return f"{self.name}: {self.dtype} [" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype}
+
+
+# the check the VM runs on each tensor input of main: "ErrorContext(fn=main, loc=param[0],
+# param=x, annotation=R.Tensor((1, 3, 32, 32), dtype="float32"))", a constant of the executable
+_PARAM_CHECK = re.compile(
+    r'ErrorContext\(fn=main, loc=param\[(\d+)\], param=([^,]+), annotation=R\.Tensor\((.*?)dtype="(\w+)"')
+
+
+def _spec_of_check(name: str, annotation: str, dtype: str) -> TensorSpec:
+    shape = re.match(r"\s*\((.*)\),\s*$", annotation)
+    if shape is None:
+        return TensorSpec(name, None, dtype)
+    dims = [d.strip() for d in shape.group(1).split(",") if d.strip()]
+    return TensorSpec(name, tuple(int(d) if d.isdigit() else None for d in dims), dtype)
+
+
+def executable_inputs(executable) -> list[TensorSpec]:
+    """The tensor inputs of ``main`` that `executable` (a VMExecutable, or a module loaded from
+    its library) checks when called, in order: its own record of the signature."""
+    if not isinstance(executable, relax.VMExecutable):
+        executable = relax.VMExecutable(executable)
+    found = {int(m.group(1)): _spec_of_check(m.group(2), m.group(3), m.group(4))
+             for m in _PARAM_CHECK.finditer(executable.stats())}
+    return [found[i] for i in sorted(found)]
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_signature(executable, library: str | os.PathLike, meta: dict | None = None) -> str:
+    """Write ``library + ".json"``: main's inputs, the weights' shapes, the library's SHA-256
+    and `meta` (e.g. the model file and input layout the CLI records). Returns its path."""
+    library = os.fspath(library)
+    weights = getattr(executable, "accel_weights", None) or []
+    signature = dict(meta or {})
+    signature.update({
+        "format": SIGNATURE_FORMAT,
+        "inputs": [spec.to_dict() for spec in executable_inputs(executable)],
+        "weights": [TensorSpec(f"w{i}", tuple(w.shape), str(w.dtype)).to_dict() for i, w in enumerate(weights)],
+        "library_sha256": _sha256(library),
+    })
+    path = signature_path(library)
+    with open(path, "w") as f:
+        json.dump(signature, f, indent=2)
+    return path
+
+
+def save(executable: relax.VMExecutable, library: str | os.PathLike, meta: dict | None = None) -> list[str]:
+    """Export `executable` to `library` (.so), its signature to ``library + ".json"``
+    (`write_signature`, with `meta`) and, if it was built with ``weights="separate"``, its
+    weights to ``library + ".params"``. Returns the paths of the library and the weights."""
     library, params = os.fspath(library), weights_path(library)
     executable.export_library(library)
+    write_signature(executable, library, meta)
     weights = getattr(executable, "accel_weights", None)
     if not weights:
         if os.path.isfile(params):  # a stale file would be passed to this main
@@ -88,35 +182,185 @@ def save(executable: relax.VMExecutable, library: str | os.PathLike) -> list[str
     return [library, params]
 
 
-class Deployed:
-    """A saved model loaded for running: ``model(*inputs)`` returns what ``main`` returns."""
+def _spec_from_json(entry, where: str) -> TensorSpec:
+    if not (isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and isinstance(entry.get("name", ""), str)):
+        raise ValueError(f"{where} is {entry!r}; expected {{'name': ..., 'shape': [...], 'dtype': ...}}")
+    shape = entry.get("shape")
+    sizes = isinstance(shape, list) and all(d is None or (isinstance(d, int) and d >= 0) for d in shape)
+    if shape is not None and not sizes:
+        raise ValueError(f"{where} has shape {shape!r}; expected a list of sizes (null for any)")
+    return TensorSpec(entry.get("name", ""), None if shape is None else tuple(shape), entry["dtype"])
 
-    def __init__(self, library: str | os.PathLike, device=None):
+
+def read_signature(library: str | os.PathLike) -> dict:
+    """The signature `save` wrote beside `library`, checked for form and against the library's
+    SHA-256: {"inputs": [TensorSpec], "weights": [TensorSpec], ...the rest as written}."""
+    library, path = os.fspath(library), signature_path(library)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"accel load: signature file {path!r} does not exist; accel_target.save and "
+                                f"'accel-tvm compile' write it beside the library: save the model again")
+    try:
+        with open(path) as f:
+            signature = json.load(f)
+        if not isinstance(signature, dict) or signature.get("format") != SIGNATURE_FORMAT:
+            raise ValueError(f"it is not an {SIGNATURE_FORMAT!r} file")
+        for key in ("inputs", "weights"):
+            if not isinstance(signature.get(key), list):
+                raise ValueError(f"its {key!r} is {signature.get(key)!r}, not a list")
+        signature["inputs"] = [_spec_from_json(e, f"input {i}") for i, e in enumerate(signature["inputs"])]
+        signature["weights"] = [_spec_from_json(e, f"weight {i}") for i, e in enumerate(signature["weights"])]
+    except ValueError as err:  # json.JSONDecodeError included
+        raise ValueError(f"accel load: signature file {path!r} is malformed: {err}; save the model again") from None
+    if signature.get("library_sha256") != _sha256(library):
+        raise ValueError(f"accel load: signature file {path!r} was not written for {library!r} (its "
+                         f"library_sha256 differs from the library's): the library was rebuilt or the file "
+                         f"edited; save the model again")
+    return signature
+
+
+def _as_array(value, spec: TensorSpec, index: int):
+    """`value` as a tvm Tensor or a numpy array, without copying when it is one already."""
+    if isinstance(value, tvm.runtime.Tensor):
+        return value
+    try:
+        return np.asarray(value)
+    except Exception as err:  # pylint: disable=broad-except
+        raise TypeError(f"accel model: input {index} ({spec.name}): expected a tvm.runtime.Tensor or an array "
+                        f"(numpy, PyTorch CPU tensor), given {type(value).__name__}: {err}") from None
+
+
+def _check_shape(given: tuple, spec: TensorSpec, index: int) -> None:
+    if spec.shape is None:
+        return
+    if len(given) == len(spec.shape) and all(e is None or e == g for g, e in zip(given, spec.shape, strict=True)):
+        return
+    message = (f"accel model: input {index} ({spec.name}): expected shape {list(spec.shape)}, given {list(given)}")
+    if sorted(given) == sorted(d for d in spec.shape if d is not None) and len(given) == len(spec.shape):
+        message += (" (the same sizes in another order: a layout mismatch? transpose the input, e.g. NHWC to NCHW, "
+                    "or build the model for the layout you have, e.g. input_layout='NHWC')")
+    raise ValueError(message)
+
+
+def _check_finite(array: np.ndarray, spec: TensorSpec, index: int) -> None:
+    if array.dtype.kind != "f" or np.isfinite(array).all():
+        return
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    raise ValueError(f"accel model: input {index} ({spec.name}) holds {nan} NaN and {inf} Inf values; expected finite "
+                     f"numbers (the kernels' ReLU, max and pooling turn NaN into numbers, so the output would look "
+                     f"valid): clean the input, or load with check_finite=False to pass it through unchecked")
+
+
+class Deployed:
+    """A saved model loaded for running: ``model(*inputs)`` returns what ``main`` returns.
+
+    inputs: one per model input, in order (`inputs` lists them): tvm.runtime.Tensor, numpy
+        arrays or anything ``np.asarray`` reads (a PyTorch CPU tensor), of exactly the dtype
+        and shape of the signature (no casting). A non-contiguous array is copied; a
+        wrong count, dtype or shape is a ValueError naming the input and what it expects;
+        NaN or Inf in a float input is a ValueError unless ``check_finite=False``.
+
+    Safe to call from many threads at once: each thread gets a VirtualMachine of its own
+    (`vm`), and all share the library and the weights, which the kernels only read.
+    """
+
+    def __init__(self, library: str | os.PathLike, device=None, *, check_finite: bool = True):
+        library = os.fspath(library)
         if not os.path.isfile(library):
-            raise FileNotFoundError(f"accel load: library {os.fspath(library)!r} does not exist")
+            raise FileNotFoundError(f"accel load: library {library!r} does not exist")
+        self.library = library
         self.device = device or tvm.cpu()
-        self.vm = relax.VirtualMachine(tvm.runtime.load_module(os.fspath(library)), self.device)
-        path = weights_path(library)
-        self.weights: list = []
-        if os.path.isfile(path):
-            params = tvm.runtime.load_param_dict_from_file(path)
-            expected = [f"w{i}" for i in range(len(params))]
-            names = sorted(params.keys())
-            if set(names) != set(expected):
-                shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-                raise ValueError(f"accel load: {path!r} holds {shown}; expected the weights "
-                                 f"w0..w{len(params) - 1} that accel_target.save writes")
-            self.weights = [params[name] for name in expected]
-        self._main = self.vm["main"]
+        self.check_finite = check_finite
+        signature = read_signature(library)
+        self.signature = signature
+        self.inputs: list[TensorSpec] = signature["inputs"]
+        self.module = tvm.runtime.load_module(library)
+        self.weights = self._load_weights(signature["weights"])
+        self._local = threading.local()
+        self._check_against_executable()
+
+    def _load_weights(self, specs: list[TensorSpec]) -> list:
+        path = weights_path(self.library)
+        if not os.path.isfile(path):
+            if specs:
+                raise FileNotFoundError(f"accel load: weights file {path!r} does not exist; "
+                                        f"the model takes {len(specs)} weights from it")
+            return []
+        params = tvm.runtime.load_param_dict_from_file(path)
+        expected = [f"w{i}" for i in range(len(params))]
+        names = sorted(params.keys())
+        if set(names) != set(expected):
+            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            raise ValueError(f"accel load: {path!r} holds {shown}; expected the weights "
+                             f"w0..w{len(params) - 1} that accel_target.save writes")
+        weights = [params[name] for name in expected]
+        # (main checks none of the weights; the kernels check their arguments, in words naming neither)
+        if len(weights) != len(specs):
+            raise ValueError(f"accel load: {path!r} holds {len(weights)} weights; the model takes {len(specs)}")
+        for spec, weight in zip(specs, weights, strict=True):
+            if tuple(weight.shape) != spec.shape or str(weight.dtype) != spec.dtype:
+                raise ValueError(f"accel load: weight {spec.name} in {path!r} is {weight.dtype} {list(weight.shape)}; "
+                                 f"the model takes {spec.describe()}")
+        return weights
+
+    def _check_against_executable(self) -> None:
+        """The signature file agrees with the checks the executable itself runs on its inputs."""
+        own = executable_inputs(self.module)
+        arity = int(self.vm._get_function_arity("main"))  # pylint: disable=protected-access
+        if own != self.inputs or arity != len(self.inputs) + len(self.weights):
+            listed = ", ".join(s.describe() for s in self.inputs)
+            actual = ", ".join(s.describe() for s in own)
+            raise ValueError(f"accel load: signature file {signature_path(self.library)!r} lists inputs ({listed}) and "
+                             f"{len(self.weights)} weights; the library's main takes ({actual}) and "
+                             f"{arity - len(own)} weights: save the model again")
+
+    @property
+    def vm(self) -> relax.VirtualMachine:
+        """The calling thread's VirtualMachine (made on its first use, dropped with the thread)."""
+        local = self._local
+        if not hasattr(local, "vm"):
+            local.vm = relax.VirtualMachine(self.module, self.device)
+            local.main = local.vm["main"]
+        return local.vm
+
+    def check_inputs(self, inputs) -> list:
+        """`inputs` checked against the signature and converted to tvm Tensors on the device."""
+        if len(inputs) != len(self.inputs):
+            listed = ", ".join(s.describe() for s in self.inputs)
+            raise ValueError(f"accel model: takes {len(self.inputs)} input(s) ({listed}), given {len(inputs)}")
+        tensors = []
+        for index, (value, spec) in enumerate(zip(inputs, self.inputs, strict=True)):
+            value = _as_array(value, spec, index)
+            if str(value.dtype) != spec.dtype:
+                raise ValueError(f"accel model: input {index} ({spec.name}): "
+                                 f"expected dtype {spec.dtype}, given {value.dtype}")
+            _check_shape(tuple(int(d) for d in value.shape), spec, index)
+            if isinstance(value, tvm.runtime.Tensor):
+                if value.device != self.device:
+                    raise ValueError(f"accel model: input {index} ({spec.name}): "
+                                     f"expected a tensor on {self.device}, given one on {value.device}")
+                if self.check_finite:
+                    _check_finite(np.from_dlpack(value), spec, index)
+                tensors.append(value)
+                continue
+            if self.check_finite:
+                _check_finite(value, spec, index)
+            tensors.append(tvm.runtime.tensor(np.ascontiguousarray(value), device=self.device))
+        return tensors
 
     def __call__(self, *inputs):
-        return self._main(*inputs, *self.weights)
+        tensors = self.check_inputs(inputs)
+        main = getattr(self._local, "main", None)
+        if main is None:
+            main = self.vm["main"]  # (makes this thread's VM)
+        return main(*tensors, *self.weights)
 
     def time_ms(self, *inputs, number: int = 10) -> float:
         """Mean time of `number` runs on `inputs`, in ms (TVM's time_evaluator)."""
-        return self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*inputs, *self.weights).mean * 1e3
+        tensors = self.check_inputs(inputs)
+        return self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*tensors, *self.weights).mean * 1e3
 
 
-def load(library: str | os.PathLike, device=None) -> Deployed:
-    """Load a library written by `save` (with its weights file, if there is one)."""
-    return Deployed(library, device)
+def load(library: str | os.PathLike, device=None, *, check_finite: bool = True) -> Deployed:
+    """Load a library written by `save`, with its signature (``.json``) and its weights
+    (``.params``, if the model has them); see `Deployed` for calling it."""
+    return Deployed(library, device, check_finite=check_finite)

@@ -19,6 +19,8 @@ import platform
 import tvm
 from tvm.target import codegen
 
+from . import threads
+
 TAG = "accel"
 KEY = "accel"
 logger = logging.getLogger(__name__)
@@ -58,13 +60,14 @@ def is_accel(target: tvm.target.Target | None) -> bool:
 
 
 def use_all_cores() -> None:
-    """Make TVM's thread pool use every core unless the user chose a number.
+    """Make TVM's thread pool use every core, yield the cores when idle and leave its
+    workers unpinned, unless the user chose otherwise (`threads.configure_pool`).
 
     The pool reads TVM_NUM_THREADS once, when it first runs parallel work, and
     without it takes half the hardware threads (one of two cores here);
     ``runtime.config_threadpool`` does not raise that number afterwards.
     """
-    os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
+    threads.configure_pool(host_cores())
 
 
 def num_threads() -> int:

@@ -1,0 +1,58 @@
+"""TVM's thread pool in a process it shares with other libraries and threads.
+
+TVM's CPU thread pool (``src/runtime/thread_pool.cc`` in TVM's sources, not installed)
+reads three environment variables once, when the first kernel runs; ``import
+accel_target`` sets each one the user has not set (`configure_pool`):
+
+``TVM_NUM_THREADS``
+    threads per pool; TVM's default is half the hardware threads; accel: every core
+    this process may run on (`target.host_cores`).
+``TVM_THREAD_POOL_SPIN_COUNT``
+    how many times a worker that finds no work calls ``sched_yield`` before it
+    sleeps. TVM's 300000 keeps every worker busy for a fraction of a second after each
+    call, on the cores that numpy's or PyTorch's threads want next. accel: 0, the
+    worker sleeps at once and each kernel wakes it (~20 us a kernel).
+``TVM_BIND_THREADS``
+    TVM pins each worker to one core (1, its default). A kernel ends when every
+    worker has run its share (accel's kernels let the calling thread take over the
+    share of a worker that has not started, `topi_accel.workshare`, but still wait for
+    it to start), so a worker pinned to a core that another library's spinning thread
+    holds makes every kernel wait for a scheduler quantum. accel: 0, the OS places it.
+
+The two go together: the kernel places a thread that it wakes on a core that is free or
+beside the thread that woke it, while a worker that is spinning when a kernel starts stays
+on whatever core it is on, even under another library's spinning thread (measured: spin
+count 200 or 2000 without pinning left an accel call after a numpy matmul 40 times slower
+than alone; 0 brought it to 1.4 times).
+
+Each Python thread that runs kernels gets a pool of its own (TVM keeps it thread-local),
+so K threads calling models at once run K pools of TVM_NUM_THREADS threads: when a
+server calls from many threads, TVM_NUM_THREADS=1 gives one thread per call.
+
+The other libraries have knobs of their own, read when they load (before ``import
+torch`` / ``import numpy``), which accel leaves alone: ``OMP_WAIT_POLICY=PASSIVE``
+(PyTorch's OpenMP threads sleep when idle instead of spinning) and
+``OPENBLAS_THREAD_TIMEOUT=4`` (numpy's OpenBLAS threads, likewise).
+"""
+
+from __future__ import annotations
+
+import os
+
+# yields of an idle worker before it sleeps (TVM's default: 300000)
+SPIN_COUNT = 0
+POOL_DEFAULTS = {"TVM_THREAD_POOL_SPIN_COUNT": str(SPIN_COUNT), "TVM_BIND_THREADS": "0"}
+KNOBS = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
+
+
+def configure_pool(num_threads: int) -> None:
+    """Set TVM's pool knobs the user has not set: `num_threads` threads, `POOL_DEFAULTS`.
+    Effective only before the process runs its first parallel kernel."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(num_threads))
+    for name, value in POOL_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def pool_settings() -> dict[str, str | None]:
+    """The pool knobs as this process's environment has them."""
+    return {name: os.environ.get(name) for name in KNOBS}

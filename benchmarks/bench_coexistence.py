@@ -1,0 +1,144 @@
+"""An accel model sharing its process with numpy and PyTorch (issue 19), under thread-pool settings.
+
+    python benchmarks/bench_coexistence.py [--rounds 3] [--reps 2] [--dir /tmp/accel_coexistence]
+
+Builds two models once (conv -> conv -> pool -> linear; a 256x1024x1024 dense) into --dir,
+then runs one process per setting, the settings taking turns --reps times. A process
+times, median of per-call times in ms: the accel call alone and right after a numpy
+512x512 matmul or a PyTorch conv; and a numpy GEMV (1024x1024, float64), the PyTorch conv
+and the numpy matmul alone and right after an accel call. Every block of calls starts
+after a 0.3 s pause, so that no library's threads are still spinning from the last one.
+Prints one JSON line per process and a table of the ratios "after / alone".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SETTINGS = {
+    "TVM's defaults": {"TVM_THREAD_POOL_SPIN_COUNT": "300000", "TVM_BIND_THREADS": "1"},
+    "accel's defaults": {},
+    "accel's + passive OpenMP/OpenBLAS": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"},
+}
+MODELS = ("ccpl", "dense")
+
+
+def build(directory: str) -> None:
+    """Save the two models (weights beside the library) and their inputs into `directory`."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import torch  # pylint: disable=import-outside-toplevel
+    from torch import nn  # pylint: disable=import-outside-toplevel
+
+    import accel_target  # pylint: disable=import-outside-toplevel
+
+    torch.manual_seed(0)
+    ccpl = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).eval()
+    dense = nn.Linear(1024, 1024, bias=False).eval()
+    for name, model, x in (("ccpl", ccpl, torch.randn(1, 3, 32, 32)), ("dense", dense, torch.randn(256, 1024))):
+        executable = accel_target.build(accel_target.from_torch(model, (x,)), weights="separate")
+        accel_target.save(executable, os.path.join(directory, f"{name}.so"))
+        np.save(os.path.join(directory, f"{name}_x.npy"), x.numpy())
+
+
+def measure(directory: str, rounds: int) -> dict:
+    """The medians of one process (see the module's docstring)."""
+    # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import torch
+
+    import accel_target
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((512, 512)).astype("float32")
+    g, v = rng.standard_normal((1024, 1024)), rng.standard_normal(1024)
+    conv, tx = torch.nn.Conv2d(16, 32, 3, padding=1).eval(), torch.randn(1, 16, 56, 56)
+
+    def numpy_mm():
+        return a @ a
+
+    def numpy_gemv():
+        return g @ v
+
+    def torch_conv():
+        with torch.no_grad():
+            return conv(tx)
+
+    times: dict[str, list[float]] = {}
+
+    def block(key, before, timed, calls=12):
+        time.sleep(0.3)
+        for _ in range(calls):
+            if before is not None:
+                before()
+            start = time.perf_counter()
+            timed()
+            times.setdefault(key, []).append((time.perf_counter() - start) * 1e3)
+
+    models = {}
+    for name in MODELS:
+        model = accel_target.load(os.path.join(directory, f"{name}.so"))
+        x = np.load(os.path.join(directory, f"{name}_x.npy"))
+        models[name] = (lambda m=model, x=x: m(x))
+    for f in [numpy_mm, numpy_gemv, torch_conv, *models.values()]:
+        for _ in range(10):
+            f()
+    for _ in range(rounds):
+        for name, call in models.items():
+            block(f"{name} alone", None, call)
+            block(f"{name} after numpy mm", numpy_mm, call)
+            block(f"{name} after torch conv", torch_conv, call)
+            for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
+                block(f"{other} alone", None, f)
+                block(f"{other} after {name}", call, f)
+    return {key: float(np.median(values)) for key, values in times.items()}
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    """Ratios after / alone, median over the processes of each setting."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    pairs = []
+    for name in MODELS:
+        pairs += [(f"{name} after numpy mm", f"{name} alone"), (f"{name} after torch conv", f"{name} alone")]
+        pairs += [(f"{other} after {name}", f"{other} alone") for other in ("numpy gemv", "torch conv", "numpy mm")]
+    lines = ["| after / alone | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+    for after, alone in pairs:
+        cells = []
+        for runs in results.values():
+            ratio = float(np.median([r[after] / r[alone] for r in runs]))
+            cells.append(f"{ratio:.2f} ({float(np.median([r[alone] for r in runs])):.2f} ms alone)")
+        lines.append(f"| {after} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--dir", default="/tmp/accel_coexistence")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.dir, args.rounds)))
+        return
+    os.makedirs(args.dir, exist_ok=True)
+    if not all(os.path.isfile(os.path.join(args.dir, f"{n}.so.json")) for n in MODELS):
+        build(args.dir)
+    results: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+    for _ in range(args.reps):
+        for name, env in SETTINGS.items():
+            cmd = [sys.executable, __file__, "--measure", "--dir", args.dir, "--rounds", str(args.rounds)]
+            out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+            results[name].append(json.loads(out.strip().splitlines()[-1]))
+            print(name, out.strip().splitlines()[-1], flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
