@@ -45,8 +45,31 @@ def host_cpu() -> str:
     triple = str(codegen.llvm_get_system_triple())
     if cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple):
         return cpu
-    logger.warning("accel: LLVM does not know host CPU %r; using x86-64-v3", cpu)
-    return "x86-64-v3"
+    fallback = _cpu_level(_host_flags())
+    logger.warning("accel: LLVM does not know host CPU %r; using %s (from the CPU's flags)", cpu, fallback)
+    return fallback
+
+
+# x86-64 micro-architecture levels by the /proc/cpuinfo flags they need, widest first
+CPU_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}),
+    ("x86-64-v2", {"sse4_1", "sse4_2", "ssse3", "popcnt"}),
+)
+
+
+def _host_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            line = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        return set()
+    return set(line.split(":", 1)[-1].split())
+
+
+def _cpu_level(flags: set[str]) -> str:
+    """The widest x86-64 level whose features `flags` all has (plain x86-64 if none)."""
+    return next((level for level, needed in CPU_LEVELS if needed <= flags), "x86-64")
 
 
 def target_config() -> dict:
@@ -82,5 +105,9 @@ def machine() -> str:
 
 def register() -> None:
     """Register the "accel" tag (idempotent) and size the thread pool."""
-    tvm.target.register_tag(TAG, target_config(), override=True)
+    config = target_config()
+    tvm.target.register_tag(TAG, config, override=True)
+    if not codegen.llvm_cpu_has_features(["avx2"], tvm.target.Target(TAG)):
+        logger.warning("accel: host CPU %s has no AVX2; the kernels use 128-bit SSE vectors: correct, "
+                       "but several times slower than on an AVX2 or AVX-512 host", config["mcpu"])
     use_all_cores()

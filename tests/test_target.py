@@ -11,6 +11,7 @@ from tvm import relax
 from tvm.target import codegen
 
 import accel_target
+from accel_target import target as target_module
 import topi_accel
 from tests.helpers import ISAS, assert_close, matmul_module, rand, run_relax, runs_here, single_op_module
 
@@ -101,3 +102,34 @@ def test_importing_twice_is_harmless():
         assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
     assert [d.implementation for d in log] == ["dense_kn.accel"]
     assert [i.name for i in strategy.implementations("relax.matmul")] == ["dense_kn.accel", "batch_matmul_kn.accel"]
+
+
+# /proc/cpuinfo flags -> the x86-64 level the tag falls back to when LLVM does not know the CPU
+CPU_LEVEL_CASES = [
+    (set(), "x86-64"),
+    ({"sse4_1", "sse4_2", "ssse3", "popcnt"}, "x86-64-v2"),
+    ({"sse4_1", "sse4_2", "ssse3", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}, "x86-64-v3"),
+    ({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+     "x86-64-v4"),
+    ({"avx", "fma"}, "x86-64"),  # AVX without AVX2: no level above the baseline
+]
+
+
+@pytest.mark.parametrize("flags, level", CPU_LEVEL_CASES)
+def test_unknown_host_cpu_falls_back_to_the_level_its_flags_allow(flags, level):
+    assert target_module._cpu_level(flags) == level
+
+
+def test_host_without_avx2_gets_sse_kernels_and_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(target_module, "host_cpu", lambda: "x86-64-v2")
+    try:
+        with caplog.at_level("WARNING", logger="accel_target.target"):
+            target_module.register()
+        assert "has no AVX2" in caplog.text and "128-bit SSE" in caplog.text
+        assert topi_accel.cpu_knobs(tvm.target.Target("accel")).lanes == 4
+        x, w = rand(4, 24), rand(24, 40)
+        assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
+    finally:
+        monkeypatch.undo()
+        target_module.register()
+    assert tvm.target.Target("accel").attrs["mcpu"] == accel_target.host_cpu()
