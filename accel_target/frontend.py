@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import tvm
 from tvm import relax
+
+from .torch_ops import import_program
 
 
 def _first_line(err: BaseException) -> str:
@@ -17,38 +20,54 @@ class UnsupportedModelError(ValueError):
     """The model uses something the importer cannot translate (named in the message)."""
 
 
+@contextlib.contextmanager
+def _without_kv_cache(model):
+    """A transformers model with ``config.use_cache`` off while it is exported: one forward
+    pass needs no key/value cache, and a cache object is no tensor torch.export can return."""
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", None) is not True:
+        yield
+        return
+    config.use_cache = False
+    try:
+        yield
+    finally:
+        config.use_cache = True
+
+
 def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     """Import a torch.nn.Module through torch.export.
 
     example_inputs: a tensor or a tuple of tensors (channels_last tensors and
     models moved to channels_last are fine: memory format is not part of the graph).
+    Decoders import too (transformers' GPT-2, Llama; see accel_target/torch_ops.py):
+    they are exported without their key/value cache, and what depends on no input
+    (causal masks, rotary tables) is computed by PyTorch and becomes constants.
     Returns the IRModule with weights as constants, or with
     ``keep_params_as_input=True`` the pair (IRModule, {param name: array}) for
     ``build(mod, params)``.
     """
     import torch  # pylint: disable=import-outside-toplevel
-    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     model = model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _without_kv_cache(model):
             program = torch.export.export(model, tuple(example_inputs))
-        mod = from_exported_program(program, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
+        mod = import_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {_first_line(err)}") from err
     if not keep_params_as_input:
         return mod
     mod, params = relax.frontend.detach_params(mod)
     names = [p.name for p in mod["main"].params[len(example_inputs):]]
-    return mod, {name: value.numpy() for name, value in zip(names, params["main"])}
+    return mod, {name: value.numpy() for name, value in zip(names, params["main"], strict=True)}
 
 
 def from_exported_program_file(path) -> tvm.IRModule:
     """Import a program saved with ``torch.export.save`` (a .pt2 file), weights as constants."""
     import torch  # pylint: disable=import-outside-toplevel
-    from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -58,7 +77,7 @@ def from_exported_program_file(path) -> tvm.IRModule:
     except Exception as err:  # zip/pickle/version errors
         raise ValueError(f"accel: {path!r} is not a saved torch.export program ({_first_line(err)})") from err
     try:
-        return from_exported_program(program, unwrap_unit_return_tuple=True)
+        return import_program(program)
     except Exception as err:  # the importer raises many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {path!r}: {_first_line(err)}") from err
 

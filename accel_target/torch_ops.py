@@ -1,0 +1,255 @@
+"""What TVM's torch.export importer needs for decoders (GPT-2, Llama): our decomposition
+table, PyTorch-computed constants for what depends on no input, and converters.
+
+- Decompositions: PyTorch's default table but for ``scaled_dot_product_attention``,
+  which stays one node (its decomposition fails to re-trace GPT-2 at batch 2, and
+  hides the two products of attention behind broadcasts and reshapes).
+- Input-independent subgraphs (a decoder's causal mask, built from ``arange``,
+  ``diff``, ``cumsum`` and broadcast indexing; Llama's rotary cos/sin tables) are
+  computed by PyTorch itself at import and enter the module as constants. TVM's
+  importer mistranslates some of those ops (``cumsum`` of a bool keeps the bool
+  type, so the mask is wrong and does not compile) and lacks others.
+- ``scaled_dot_product_attention`` becomes ``softmax(Q @ Kᵀ * scale + mask) @ V``
+  with plain ``relax.matmul`` (the accel ``batch_matmul_kn`` kernel) for bool or
+  float masks, ``is_causal`` and grouped-query attention; TVM's own converter
+  takes float masks only and emits ``nn.attention``, a kernel of its own.
+- ``cumsum`` of integers or bools sums in int64, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from strategy.layout import constant_array
+
+# Input kinds of an ExportedProgram whose values are fixed at export and bound as
+# constants by the importer (parameters stay out: they may be kept as inputs).
+_FIXED_INPUT_KINDS = ("BUFFER", "CONSTANT_TENSOR")
+
+
+def decompositions() -> dict:
+    """PyTorch's default decomposition table without scaled_dot_product_attention."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
+
+
+def _fixed_inputs(program) -> dict:
+    """{placeholder name: tensor} of the buffers and lifted constants of `program`."""
+    values = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name not in _FIXED_INPUT_KINDS:
+            continue
+        value = program.constants.get(spec.target)
+        values[spec.arg.name] = value if value is not None else program.state_dict[spec.target]
+    return values
+
+
+def _is_static_tensors(value) -> bool:
+    """A tensor, or a tuple/list of tensors, with concrete shapes."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if isinstance(value, (tuple, list)):
+        return len(value) > 0 and all(_is_static_tensors(v) for v in value)
+    return isinstance(value, torch.Tensor) and all(isinstance(d, int) for d in value.shape)
+
+
+def _may_fold(node, known: dict) -> bool:
+    """A pure op whose every input is known and whose result someone uses."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if node.op != "call_function" or not node.users:
+        return False
+    if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        return False
+    return all(arg in known for arg in node.all_input_nodes) and _is_static_tensors(node.meta.get("val"))
+
+
+def input_independent_values(program) -> dict:
+    """{fx node: PyTorch value} for every op of `program` that depends on no user input
+    and no parameter, computed by PyTorch (shapes are static at export)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    fixed = _fixed_inputs(program)
+    known = {node: fixed[node.name] for node in program.graph.nodes
+             if node.op == "placeholder" and node.name in fixed}
+    folded = {}
+    with torch.no_grad():
+        for node in program.graph.nodes:
+            if not _may_fold(node, known):
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), known.__getitem__)
+            known[node] = folded[node] = node.target(*args, **kwargs)
+    return folded
+
+
+def _as_relax(value) -> relax.Expr:
+    """A relax constant (or tuple of constants) holding a PyTorch value."""
+    if isinstance(value, (tuple, list)):
+        return relax.Tuple([_as_relax(v) for v in value])
+    return relax.const(value.detach().contiguous().numpy())
+
+
+Converter = Callable[[Any, Any], relax.Expr]
+
+
+def _folding(stock: Converter | None, name: str, folded: dict) -> Converter:
+    """`name`'s converter: a constant for a folded node, the given converter otherwise."""
+
+    def convert(node, importer):
+        if node in folded:
+            return _as_relax(folded[node])
+        if stock is None:
+            raise NotImplementedError(f"accel: the torch importer has no converter for {name}")
+        return stock(node, importer)
+
+    return convert
+
+
+def _stock(importer, name: str) -> Converter | None:
+    """The importer's own converter for `name`, in the custom-converter signature."""
+    method = importer.convert_map.get(name)
+    return None if method is None else (lambda node, _importer: method(node))
+
+
+def _scalar(node, index: int, key: str, default):
+    """Argument `index` (positional) or `key` (keyword) of an fx node."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(key, default)
+
+
+def _shape(expr: relax.Expr) -> list[int]:
+    """Static shape of a tensor expression (sdpa needs static shapes)."""
+    shape = [int(d) if isinstance(d, int) or hasattr(d, "value") else None for d in expr.ty.shape]
+    if any(d is None for d in shape):
+        raise ValueError(f"accel: scaled_dot_product_attention needs static shapes, got {list(expr.ty.shape)}")
+    return shape
+
+
+def _causal_bias(length: int, kv_length: int, dtype: str) -> relax.Expr:
+    """is_causal's additive mask (top left aligned, as PyTorch's): -inf above the diagonal."""
+    allowed = np.tril(np.ones((length, kv_length), bool))
+    return relax.const(np.where(allowed, 0.0, -np.inf).astype(dtype))
+
+
+def _mask_bias(bb: relax.BlockBuilder, mask: relax.Expr, dtype: str) -> relax.Expr:
+    """An attention mask as an additive bias: a bool mask keeps True, drops False
+    (computed here when the mask is a constant)."""
+    if isinstance(mask, tvm.ir.expr.Constant):
+        array = constant_array(mask)
+        return relax.const(np.where(array, 0.0, -np.inf).astype(dtype) if array.dtype == bool else array)
+    if str(mask.ty.dtype) != "bool":
+        return mask
+    zero, minus_inf = relax.const(0.0, dtype), relax.const(-np.inf, dtype)
+    return bb.emit(relax.op.where(mask, zero, minus_inf))
+
+
+def _may_mask_whole_rows(bias: relax.Expr) -> bool:
+    """Whether an additive bias can be -inf along a whole row (not when it is a constant
+    without such a row)."""
+    if not isinstance(bias, tvm.ir.expr.Constant):
+        return True
+    return bool(np.isneginf(constant_array(bias)).all(axis=-1).any())
+
+
+def _safe_softmax(bb: relax.BlockBuilder, scores: relax.Expr, masked: bool) -> relax.Expr:
+    """Softmax over the last axis; a row that is -inf throughout gives zeros, not NaN,
+    as in PyTorch's scaled_dot_product_attention (aten._safe_softmax). (TVM's max starts
+    from the lowest finite value: that is the maximum of a row of -inf.)"""
+    probabilities = bb.emit(relax.op.nn.softmax(scores, axis=-1))
+    if not masked:
+        return probabilities
+    dtype = str(scores.ty.dtype)
+    row_max = bb.emit(relax.op.max(scores, axis=-1, keepdims=True))
+    dead = bb.emit(relax.op.less_equal(row_max, relax.const(np.finfo(dtype).min, dtype)))
+    return bb.emit(relax.op.where(dead, relax.const(0.0, dtype), probabilities))
+
+
+def _match_heads(bb, query, key_or_value, enable_gqa: bool) -> relax.Expr:
+    """Key/value with the query's batch axes: heads repeated (grouped-query attention:
+    each kv head serves consecutive query heads) and other batch axes broadcast."""
+    q_shape, shape = _shape(query), _shape(key_or_value)
+    if enable_gqa and len(shape) >= 3 and shape[-3] != q_shape[-3]:
+        key_or_value = bb.emit(relax.op.repeat(key_or_value, q_shape[-3] // shape[-3], axis=-3))
+        shape = _shape(key_or_value)
+    batch = q_shape[:-2]
+    if shape[:-2] != batch:
+        key_or_value = bb.emit(relax.op.broadcast_to(key_or_value, batch + shape[-2:]))
+    return key_or_value
+
+
+def scaled_dot_product_attention(node, importer) -> relax.Expr:
+    """aten.scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev],
+    attn_mask=None, dropout_p=0, is_causal=False, *, scale=None, enable_gqa=False)
+    -> [..., L, Ev] as softmax(q @ kᵀ * scale + mask) @ v with relax.matmul."""
+    bb, env = importer.block_builder, importer.env
+    query, key, value = (env[a] for a in node.args[:3])
+    mask = _scalar(node, 3, "attn_mask", None)
+    dropout = _scalar(node, 4, "dropout_p", 0.0)
+    if dropout != 0.0:
+        raise ValueError(f"accel: scaled_dot_product_attention with dropout_p={dropout}; supported: 0.0 (inference)")
+    dtype = str(query.ty.dtype)
+    enable_gqa = node.kwargs.get("enable_gqa", False)
+    key, value = (_match_heads(bb, query, t, enable_gqa) for t in (key, value))
+    rank = len(_shape(key))
+    key_t = bb.emit(relax.op.permute_dims(key, list(range(rank - 2)) + [rank - 1, rank - 2]))
+    scores = bb.emit(relax.op.matmul(query, key_t))
+    scale = node.kwargs.get("scale") or 1.0 / math.sqrt(_shape(query)[-1])
+    scores = bb.emit(relax.op.multiply(scores, relax.const(scale, dtype)))
+    masked = False
+    if mask is not None:
+        bias = _mask_bias(bb, env[mask], dtype)
+        masked = _may_mask_whole_rows(bias)
+        scores = bb.emit(relax.op.add(scores, bias))
+    if _scalar(node, 5, "is_causal", False):  # masks no whole row: column 0 stays
+        scores = bb.emit(relax.op.add(scores, _causal_bias(*_shape(scores)[-2:], dtype)))
+    probabilities = _safe_softmax(bb, scores, masked)
+    return bb.emit(relax.op.matmul(probabilities, value))
+
+
+def cumsum(node, importer) -> relax.Expr:
+    """aten.cumsum(x, dim, *, dtype=None): integers and bools sum in int64, as in PyTorch."""
+    data = importer.env[node.args[0]]
+    dim = _scalar(node, 1, "dim", None)
+    dtype = node.kwargs.get("dtype")
+    if dtype is not None:
+        dtype = importer._convert_data_type(dtype)  # pylint: disable=protected-access
+    elif str(data.ty.dtype) == "bool" or str(data.ty.dtype).startswith(("int", "uint")):
+        dtype = "int64"
+    return importer.block_builder.emit(relax.op.cumsum(data, dim, dtype))
+
+
+CONVERTERS: dict[str, Converter] = {
+    "scaled_dot_product_attention.default": scaled_dot_product_attention,
+    "cumsum.default": cumsum,
+}
+
+
+def convert_map(importer, folded: dict) -> dict[str, Converter]:
+    """Custom converters for `importer`: ours (CONVERTERS), and for every op with a folded
+    node, the folded constant there and the op's converter elsewhere."""
+    names = {node.target.__name__ for node in folded}
+    custom = dict(CONVERTERS)
+    for name in names:
+        custom[name] = _folding(CONVERTERS.get(name) or _stock(importer, name), name, folded)
+    return custom
+
+
+def import_program(program, *, keep_params_as_input: bool = False):
+    """ExportedProgram -> IRModule through TVM's importer, with our decompositions,
+    PyTorch-computed input-independent values and converters."""
+    from tvm.relax.frontend.torch.exported_program_translator import (  # pylint: disable=import-outside-toplevel
+        ExportedProgramImporter,
+    )
+
+    program = program.run_decompositions(decompositions())
+    importer = ExportedProgramImporter()
+    custom = convert_map(importer, input_independent_values(program))
+    return importer.from_exported_program(program, keep_params_as_input, True, False, custom)
