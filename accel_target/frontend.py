@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 
 import tvm
 from tvm import relax
@@ -53,9 +54,12 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
         example_inputs = (example_inputs,)
     model = model.eval()
     try:
-        with torch.no_grad(), _without_kv_cache(model):
-            program = torch.export.export(model, tuple(example_inputs))
-        mod = import_program(program, keep_params_as_input=keep_params_as_input)
+        with warnings.catch_warnings():
+            # torch.export's own use of its deprecated LeafSpec: nothing the caller can act on
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            with torch.no_grad(), _without_kv_cache(model):
+                program = torch.export.export(model, tuple(example_inputs))
+            mod = import_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {_first_line(err)}") from err
     if not keep_params_as_input:
