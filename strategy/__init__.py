@@ -4,7 +4,7 @@ Importing this package registers the implementations in its own registry;
 `install()` hooks them into Relax legalization (done by `import accel_target`).
 """
 
-from . import conv2d, dense
+from . import conv1d, conv2d, dense
 from .dispatch import install as _install_op
 from .registry import (
     Decision,
@@ -30,6 +30,7 @@ __all__ = [
     "Decision",
     "Implementation",
     "StrictModeError",
+    "conv1d",
     "conv2d",
     "covered_ops",
     "dense",

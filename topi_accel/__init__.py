@@ -16,6 +16,14 @@ from .conv2d import (
     schedule_conv2d_nhwc_ohwi,
     tune_conv2d,
 )
+from .conv1d import (
+    conv1d_config,
+    conv1d_geometry,
+    conv1d_kernel_pack_map,
+    conv1d_nwc_owi,
+    conv1d_nwc_owi_func,
+    schedule_conv1d_nwc_owi,
+)
 from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from .workshare import claim_iterations
@@ -51,6 +59,12 @@ __all__ = [
     "CPUKnobs",
     "Conv2DConfig",
     "Conv2DGeometry",
+    "conv1d_config",
+    "conv1d_geometry",
+    "conv1d_kernel_pack_map",
+    "conv1d_nwc_owi",
+    "conv1d_nwc_owi_func",
+    "schedule_conv1d_nwc_owi",
     "DenseConfig",
     "check_dense",
     "claim_iterations",

@@ -62,16 +62,18 @@ class Conv2DGeometry:
 @dataclass(frozen=True)
 class Conv2DConfig:
     """Schedule knobs: output channels per vector tile, output columns per register tile,
-    float32 lanes of the target's vectors, whether to use threads, and whether the
+    float32 lanes of the target's vectors, whether to use threads, whether the
     channel-block loop is outermost (a weight panel reused across all rows: large kernels)
     or innermost (every channel block of an output row while its input rows are cached:
-    large images with small kernels, grouped and depthwise)."""
+    large images with small kernels, small grouped and depthwise kernels), and whether the
+    output-column tiles join the parallel loop (too few rows for the threads: H = 1, conv1d)."""
 
     oc_block: int
     ow_block: int
     lanes: int
     parallel: bool = True
     channels_outer: bool = True
+    columns_parallel: bool = False
 
 
 def _as_list(value, repeat: int) -> list:
@@ -172,8 +174,9 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
     vectors = max(oc_block // knobs.lanes, 1)
     ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
+    outer = _channels_outer(geo)
     return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel,
-                        channels_outer=_channels_outer(geo))
+                        channels_outer=outer, columns_parallel=_columns_parallel(geo, oc_block, outer, knobs))
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
@@ -186,11 +189,23 @@ CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
 
 def _channels_outer(geo: Conv2DGeometry) -> bool:
-    if geo.groups != 1:
-        return False  # depthwise/grouped: the kernel is tiny
-    kernel_bytes = 4 * geo.out_c * geo.kh * geo.kw * geo.in_c
+    kernel_bytes = 4 * geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups)
     small_kernel = kernel_bytes <= CHANNELS_INNER_MAX_KERNEL_BYTES
+    if geo.groups != 1:
+        # depthwise/grouped kernels are tiny, but not all: wav2vec2's positional conv (groups 16,
+        # 1x128, 768 channels) has 19 MB, which channels inner would read once per column tile
+        return not small_kernel
     return not (small_kernel and geo.out_h * geo.out_w >= CHANNELS_INNER_MIN_OUTPUT_PIXELS)
+
+
+# Parallel iterations per thread below which the output-column tiles join the parallel loop:
+# a conv1d (H = 1) at batch 1 with the channel block inner has one row for all the threads.
+MIN_PARALLEL_ROWS_PER_CORE = 2
+
+
+def _columns_parallel(geo: Conv2DGeometry, oc_block: int, channels_outer: bool, knobs) -> bool:
+    rows = geo.batch * geo.out_h * (round_up(geo.out_c, oc_block) // oc_block if channels_outer else 1)
+    return knobs.parallel and rows < MIN_PARALLEL_ROWS_PER_CORE * knobs.cores
 
 
 def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
@@ -280,15 +295,18 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     n, h, w, o, rkh, rkw, rc = sch.get_loops(acc)
     wo, wi = sch.split(w, [None, cfg.ow_block])
     oo, oi = sch.split(o, [None, cfg.oc_block])
+    columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-        outer, tile = sch.fuse(oo, n, h), wo
+        outer = sch.fuse(oo, n, h, *columns)
+        tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
-            prefetch_next_panel(sch, rc, 1, panel, geo.batch * geo.out_h, geo.batch * geo.out_h * geo.out_w)
+            per_panel = geo.batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
+            prefetch_next_panel(sch, rc, 1, panel, per_panel, geo.batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
-        outer, tile = sch.fuse(n, h), oo
+        outer, tile = sch.fuse(n, h, *columns), oo
     if cfg.parallel:
         sch.parallel(outer)
     register_tile(sch, wi, oi, lanes)
@@ -306,7 +324,7 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         sch.compute_inline(pad)
         return sch.mod["main"]
     loops = sch.get_loops(pad)  # a padded copy of the input, made once
-    rows = sch.fuse(loops[0], loops[1])
+    rows = sch.fuse(*loops[: 3 if cfg.columns_parallel else 2])
     if cfg.parallel:
         sch.parallel(rows)
     vectorize_inner(sch, pad, lanes)
