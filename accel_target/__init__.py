@@ -12,7 +12,7 @@ Whole models: `from_torch` / `from_onnx` -> [`tune`] -> `build` (or `optimize`) 
 """
 
 import strategy as _strategy
-from strategy import Decision, StrictModeError, recording, strict
+from strategy import Decision, Decline, StrictModeError, recording, recording_declines, strict
 
 from . import pipeline as _pipeline
 from . import target as _target
@@ -28,6 +28,7 @@ _pipeline.register()
 
 __all__ = [
     "Decision",
+    "Decline",
     "Report",
     "StrictModeError",
     "build",
@@ -41,6 +42,7 @@ __all__ = [
     "num_threads",
     "optimize",
     "recording",
+    "recording_declines",
     "report",
     "save",
     "strict",

@@ -20,6 +20,9 @@ inline into a kernel's write-back; this pass works after the accel schedules:
 * the call becomes ``call_tir_inplace`` of a copy of the kernel that reads the
   input from the output buffer (`read_from_output`); the input is passed last, in
   the output's place.
+
+A kernel on which the analysis or the rewrite raises keeps its calls as they were
+(declined, see strategy.registry.decline).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from tvm import relax, s_tir
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 import topi_accel
+from strategy.registry import attempt
+
+STEP = "WriteInPlace"
 
 
 def _blocks(sch: s_tir.Schedule):
@@ -122,6 +128,11 @@ class _InPlace(PyExprMutator):
         self.binding = binding.var
         super().visit_var_binding_(binding)
 
+    @staticmethod
+    def _candidate(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
+        """`in_place_input` of an accel kernel; None for any other."""
+        return in_place_input(func, num_inputs) if topi_accel.contains_accel_kernel(func) else None
+
     def _fresh(self, var, reader) -> bool:
         """`var` is a tensor a kernel of this function made, read for the last time by
         `reader`; when a reshape made it (a view, once lowered), so is the reshape's input."""
@@ -141,13 +152,16 @@ class _InPlace(PyExprMutator):
             return call
         gvar, args = call.args[0], list(call.args[1].fields)
         if gvar not in self.candidates:  # a model calls one kernel many times: analyse it once
-            func = self.mod_[gvar]
-            self.candidates[gvar] = in_place_input(func, len(args)) if topi_accel.contains_accel_kernel(func) else None
+            self.candidates[gvar] = attempt(STEP, gvar.name_hint, self._candidate, self.mod_[gvar], len(args))
         index = self.candidates[gvar]
         if index is None or sum(a.same_as(args[index]) for a in args) > 1 or not self._fresh(args[index], self.binding):
             return call  # (a tensor passed twice would change under the other parameter too)
         if gvar not in self.rewritten:
-            self.rewritten[gvar] = self.builder_.add_func(read_from_output(self.mod_[gvar], index), f"{gvar.name_hint}_in_place")
+            in_place = attempt(STEP, gvar.name_hint, read_from_output, self.mod_[gvar], index)
+            if in_place is None:
+                self.candidates[gvar] = None
+                return call
+            self.rewritten[gvar] = self.builder_.add_func(in_place, f"{gvar.name_hint}_in_place")
         # the kernel's parameters lost `index`; the overwritten tensor goes in the output's place
         args = args[:index] + args[index + 1:] + [args[index]]
         return relax.call_tir_inplace(self.rewritten[gvar], relax.Tuple(args), len(args) - 1, call.ty_args[0])

@@ -11,6 +11,15 @@ Small functions return lists of passes (as in relax/backend/cpu_generic):
     lowering_passes   TVM's CPU dataflow lowering and finalization
 
 ``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all three.
+
+The contract: accel never fails where stock TVM succeeds. Each step of ours applies
+or leaves what it would change as it was: a graph pass that raises (or leaves a
+module that is not well-formed) gives back the module it was handed; a kernel rewrite
+(epilogue, parallelization, WriteInPlace, InsertPrefetches, ClaimIterations) that
+raises on one kernel leaves that kernel as it was; a strategy that raises gives the
+op to the next implementation or TVM's kernel (strategy/dispatch.py). Each such
+decline is recorded (strategy.registry.decline: the report's `declines`, and the
+"accel" logger); strict mode makes it a StrictModeError.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from tvm.relax.backend import cpu_generic
 import strategy.conv2d
 import topi_accel
 from strategy import recording, select, strict as strict_mode
-from strategy.registry import suspended
+from strategy.registry import attempt, recording_declines, suspended
 
 from . import deploy
 from .inplace import write_in_place
@@ -34,25 +43,43 @@ from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts,
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
 # their FRelaxInferLayout (ConvertLayout refuses a desired layout for them).
-DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.conv1d": ["NWC", "OWI"]}
 
 
-@tvm.transform.module_pass(opt_level=0, name="AccelConvertLayout")
+@tvm.transform.module_pass(opt_level=0, name="ConvertLayout")
 def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """ConvertLayout to DESIRED_LAYOUTS (zero pads carried through as convs, see
     PadAsConv), skipped for a module without such ops.
 
-    (In TVM 0.27 ConvertLayout dies with std::bad_alloc on some transformer
-    graphs that have no convolution at all.)
+    (TVM 0.27's ConvertLayout dies with std::bad_alloc, raised as an InternalError, on a
+    squeeze with negative axes: SimplifyLayouts, before it, counts them from the front.)
     """
     if not calls_of(mod, DESIRED_LAYOUTS):
         return mod
     return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(PadAsConv()(mod))
 
 
+def contained(step: tvm.transform.Pass) -> tvm.transform.Pass:
+    """`step` (a module pass), or the module it was handed where it raises or leaves a module
+    that is not well-formed: declined, see strategy.registry.decline."""
+    name = step.info.name
+
+    def checked(mod: tvm.IRModule) -> tvm.IRModule:
+        new = step(mod)
+        relax.analysis.well_formed(new)  # raises on the first violation
+        return new
+
+    @tvm.transform.module_pass(opt_level=0, name=f"Contained{name}")
+    def _contained(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        new = attempt(name, "module", checked, mod)
+        return mod if new is None else new
+
+    return _contained
+
+
 def graph_passes() -> list[tvm.transform.Pass]:
-    """Whole-model layout conversion with every weight transform folded."""
-    return [
+    """Whole-model layout conversion with every weight transform folded; each pass contained."""
+    return [contained(p) for p in [
         relax.transform.FoldBatchnormToConv2D(),
         relax.transform.DecomposeOpsForInference(),
         SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
@@ -68,29 +95,40 @@ def graph_passes() -> list[tvm.transform.Pass]:
         relax.transform.RemoveRedundantReshape(),
         FastMath(),
         relax.transform.DeadCodeElimination(),
-    ]
+    ]]
 
 
 def _update_prim_funcs(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
-    """`mod` with each PrimFunc replaced by `rewrite(func)` where that is not None."""
+    """`mod` with each PrimFunc replaced by `rewrite(name, func)` where that is not None."""
     updates = {gvar: new for gvar, func in mod.functions_items()
-               if isinstance(func, tvm.tirx.PrimFunc) and (new := rewrite(func)) is not None}
+               if isinstance(func, tvm.tirx.PrimFunc) and (new := rewrite(gvar.name_hint, func)) is not None}
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
 
 
+def per_kernel(step: str, rewrite):
+    """rewrite(func) -> func or None, as rewrite(name, func) that leaves a kernel on which it
+    raises as it was (declined, see strategy.registry.decline)."""
+    return lambda name, func: attempt(step, name, rewrite, func)
+
+
 @tvm.transform.module_pass(opt_level=0, name="ScheduleKernels")
 def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
-    write-back; split TVM's own (serial) kernels across the thread pool, unless the
-    target has one core."""
+    write-back (InlineEpilogue); split TVM's own (serial) kernels across the thread pool
+    (Parallelize), unless the target has one core."""
     parallel = topi_accel.cpu_knobs().parallel
+    epilogue = per_kernel("InlineEpilogue", topi_accel.inline_epilogue)
+    split = per_kernel("Parallelize", topi_accel.parallelize)
 
-    def schedule(func):
-        if topi_accel.contains_accel_kernel(func):
-            return topi_accel.inline_epilogue(func)
-        return topi_accel.parallelize(func) if parallel else None
+    def schedule(name, func):
+        accel = attempt("ScheduleKernels", name, topi_accel.contains_accel_kernel, func)
+        if accel is None:  # declined: not even an s_tir schedule of it
+            return None
+        if accel:
+            return epilogue(name, func)
+        return split(name, func) if parallel else None
 
     return _update_prim_funcs(mod, schedule)
 
@@ -100,13 +138,13 @@ def legalize_passes() -> list[tvm.transform.Pass]:
     accel kernels' write-back when they follow one; such a kernel writes over the residual
     it adds when nothing reads that afterwards (accel_target/inplace.py)."""
     return [
-        relax.transform.LegalizeOps(),
-        relax.transform.FoldConstant(),
+        relax.transform.LegalizeOps(),  # a strategy that raises gives the op to the next one, or TVM's
+        contained(relax.transform.FoldConstant()),
         relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        schedule_kernels,
-        write_in_place,
+        # together: FuseOps leaves grouped functions that only FuseTIR makes kernels of
+        contained(tvm.transform.Sequential([relax.transform.FuseOps(), relax.transform.FuseTIR()], name="FuseOps")),
+        schedule_kernels,  # contained per kernel
+        contained(write_in_place),  # and per kernel
         relax.transform.DeadCodeElimination(),
     ]
 
@@ -119,14 +157,15 @@ def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     knobs = topi_accel.cpu_knobs()
     if not knobs.parallel:
         return mod
-    return _update_prim_funcs(mod, lambda func: topi_accel.claim_iterations(func, knobs.cores))
+    return _update_prim_funcs(
+        mod, per_kernel("ClaimIterations", lambda func: topi_accel.claim_iterations(func, knobs.cores)))
 
 
 @tvm.transform.module_pass(opt_level=0, name="InsertPrefetches")
 def insert_prefetches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Put into the kernels whose schedules asked for them the prefetches of the next weight
     panel (topi_accel.prefetch); they are lowered to do so, hence late, like ClaimIterations."""
-    return _update_prim_funcs(mod, topi_accel.insert_prefetches)
+    return _update_prim_funcs(mod, per_kernel("InsertPrefetches", topi_accel.insert_prefetches))
 
 
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -189,15 +228,20 @@ def _graph(mod, params, target, input_layout) -> tvm.IRModule:
         return _run_graph_passes(_prepare(mod, params, input_layout))
 
 
+def _strictness(strict):
+    """strict mode on or off within the block; None: as the enclosing block says."""
+    return contextlib.nullcontext() if strict is None else strict_mode(strict)
+
+
 def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
     target = tvm.target.Target(target)
-    graph = _graph(mod, params, target, input_layout)
-    rows = op_rows(graph)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
-    strictness = contextlib.nullcontext() if strict is None else strict_mode(strict)  # None: as the enclosing block says
-    with target, topi_accel.tuning.using(db), strictness, recording() as decisions:
-        lowered = _sequential(legalize_passes())(graph)
-    return lowered, Report.from_rows(rows, decisions, target.keys)
+    with _strictness(strict), recording_declines() as declines:
+        graph = _graph(mod, params, target, input_layout)
+        rows = op_rows(graph)
+        with target, topi_accel.tuning.using(db), recording() as decisions:
+            lowered = _sequential(legalize_passes())(graph)
+    return lowered, Report.from_rows(rows, decisions, target.keys, declines)
 
 
 def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):
@@ -237,25 +281,27 @@ def build(
         ``keep_params_as_input=True``); a module whose weights are constants needs none.
     input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
         input channels-last (a PyTorch channels_last tensor's memory as is).
-    strict: raise StrictModeError instead of falling back to TVM's kernel (None: as
-        an enclosing ``with accel_target.strict():`` says, else False).
+    strict: raise StrictModeError instead of falling back to TVM's kernel, or of leaving
+        a kernel or the module as it was where a step of ours fails (None: as an
+        enclosing ``with accel_target.strict():`` says, else False).
     tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
     weights: "embedded" keeps the weights (folded and packed for the kernels) in the
         executable; "separate" makes them trailing inputs of main, kept in
         ``executable.accel_weights`` for `deploy.save` to write beside the library.
 
     Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
-    which kernel every op got.
+    which kernel every op got, and which step declined what (left it as it was) and why.
     """
     if weights not in deploy.WEIGHT_MODES:
         raise ValueError(f"accel build: weights={weights!r} is not supported; supported: {', '.join(deploy.WEIGHT_MODES)}")
-    lowered, report = _optimize(mod, params, target, input_layout, strict, tuning_db)
-    lifted = None
-    if weights == "separate":
-        lowered, lifted = deploy.lift_weights(lowered)
-    target = tvm.target.Target(target)
-    executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
-    executable.accel_report = report
+    with _strictness(strict), recording_declines() as declines:
+        lowered, report = _optimize(mod, params, target, input_layout, None, tuning_db)
+        lifted = None
+        if weights == "separate":
+            lowered, lifted = deploy.lift_weights(lowered)
+        target = tvm.target.Target(target)
+        executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
+    executable.accel_report = report.with_declines(declines)
     executable.accel_weights = lifted
     return executable
 

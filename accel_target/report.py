@@ -1,4 +1,5 @@
-"""What ran where: for every op, its shapes, layouts and kernel; the runtime layout transforms.
+"""What ran where: for every op, its shapes, layouts and kernel; the runtime layout transforms;
+the steps of ours that failed somewhere and left it as it was (declines).
 
 `report(executable_or_module)` returns a `Report`: printable as a table
 (`str(report)`), and plain data (`report.to_dict()`, `report.to_json()`).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import tvm
 from tvm import relax
@@ -21,6 +22,7 @@ import topi_accel
 from strategy import Decision
 from strategy.dispatch import describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
+from strategy.registry import Decline
 
 ACCEL_KERNELS = topi_accel.epilogue.OUTPUT_BLOCKS  # each compute's kernel is named after it
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
@@ -117,11 +119,16 @@ class OpRow:
 
 @dataclass(frozen=True)
 class Report:
+    """rows: what every op got; kernels: what the executable calls; declines: the steps that
+    failed somewhere and left it as it was (strategy.registry.Decline: step, where, reason)."""
+
     rows: tuple[OpRow, ...]
     kernels: KernelCounts | None = field(default=None)
+    declines: tuple[Decline, ...] = field(default=())
 
     @staticmethod
-    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision], target_keys) -> "Report":
+    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision], target_keys,
+                  declines: Sequence[Decline] = ()) -> "Report":
         """Join the graph's op calls with the strategy decisions, in order (the dispatcher
         records a decision for every op with an implementation for `target_keys`)."""
         covered = {op for op in strategy.covered_ops() if strategy.implementations(op, target_keys)}
@@ -137,16 +144,19 @@ class Report:
             d, pending = pending[found], pending[found + 1:]
             kind = "fallback" if d.fallback else "accel"
             out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
-        return Report(tuple(out))
+        return Report(tuple(out), declines=tuple(declines))
 
     def with_kernels(self, kernels: KernelCounts) -> "Report":
-        return Report(self.rows, kernels)
+        return replace(self, kernels=kernels)
+
+    def with_declines(self, declines: Sequence[Decline]) -> Report:
+        return replace(self, declines=tuple(declines))
 
     def count(self, kind: str, ops: Sequence[str] | None = None) -> int:
         return sum(r.kind == kind and (ops is None or r.op in ops) for r in self.rows)
 
     def to_dict(self) -> dict:
-        out = {"ops": [asdict(r) for r in self.rows]}
+        out = {"ops": [asdict(r) for r in self.rows], "declines": [asdict(d) for d in self.declines]}
         if self.kernels is not None:
             k = self.kernels
             out["runtime"] = {
@@ -172,6 +182,7 @@ class Report:
                 f"{len(k.calls)} kernels at run time, {k.accel} on accel; runtime layout transforms: "
                 f"{k.activation_transforms} of activations, {k.weight_transforms} of weights"
             )
+        lines.extend(f"declined (left as it was): {d.step} on {d.where}: {d.reason}" for d in self.declines)
         return "\n".join(lines)
 
 

@@ -12,6 +12,11 @@
   into the padding of the conv2d that consumes it;
 - a depthwise 1x1 conv2d with unit weights, stride and dilation into the zero
   pad it is (see `PadAsConv`, which creates them around ConvertLayout);
+- squeeze's negative axes into non-negative ones (ConvertLayout fails on them);
+- an elementwise op of two tensors permuted alike into the permute of the op;
+- an operand of an elementwise op of lower rank than the other, 4-D one (a per-channel
+  scale [C, 1, 1]) into its reshape to 4-D, and the operand that broadcasts of an add or
+  multiply second, so that it is converted with the layout;
 - broadcast_to that changes nothing, and a matmul weight broadcast over the
   batch axes (PyTorch's export of Linear on 3-D input) back to the 2-D weight;
 - an elementwise op of a reshape (an activation, an op with a scalar such as
@@ -43,12 +48,16 @@ PAD = "relax.nn.pad"
 TAKE = "relax.take"
 CONV2D = "relax.nn.conv2d"
 BROADCAST = "relax.broadcast_to"
+SQUEEZE = "relax.squeeze"
 # elementwise ops of one tensor: f(reshape(x)) == reshape(f(x))
 UNARY_ELEMENTWISE = {
     "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.erf",
 }
 # and of two: f(reshape(x), c) == reshape(f(x, c)) for a scalar c, f(reshape(x), y) == reshape(f(x, reshape(y)))
 BINARY_ELEMENTWISE = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
+COMMUTATIVE = {"relax.add", "relax.multiply"}
+# other elementwise ops of two tensors, broadcasting
+BROADCASTING = {"relax.maximum", "relax.minimum", "relax.power"}
 
 
 def _rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
@@ -110,6 +119,13 @@ class _LayoutSimplifier(PyExprMutator):
             return self._clip(call)
         if name == BROADCAST and static_shape(call.args[0]) == static_shape(call):
             return call.args[0]
+        if name == SQUEEZE:
+            return self._squeeze(call)
+        if name in BINARY_ELEMENTWISE or name in BROADCASTING:
+            call = self._broadcast_operand_second(self._to_full_rank(call))
+            new = self._elementwise_of_permutes(call)
+            if new is not None:
+                return new
         if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
             new = self._elementwise_before_reshape(call)
             return call if new is None else new
@@ -141,6 +157,47 @@ class _LayoutSimplifier(PyExprMutator):
             return relax.op.reshape(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), shape)
         return None
 
+    def _to_full_rank(self, call: relax.Call) -> relax.Call:
+        """f(c, x) with x 4-D and c of lower rank (a per-channel scale [C, 1, 1] of an NCHW
+        tensor: PoolFormer's layer scale) -> f(reshape(c, [1, C, 1, 1]), x), c with leading
+        unit axes as broadcasting reads it: ConvertLayout converts an operand of the same rank
+        with the layout, and leaves a lower-rank one in NCHW between two transposes. (A
+        constant c's reshape is folded.)"""
+        shapes = [static_shape(a) for a in call.args]
+        if len(call.args) != 2 or None in shapes or sorted(len(s) for s in shapes)[1] != 4:
+            return call
+        low = 0 if len(shapes[0]) < len(shapes[1]) else 1
+        if not 0 < len(shapes[low]) < 4:  # (a scalar converts as it is)
+            return call
+        args = list(call.args)
+        args[low] = self.builder_.emit(relax.op.reshape(args[low], [1] * (4 - len(shapes[low])) + shapes[low]))
+        return self.builder_.normalize(relax.Call(call.op, args, call.attrs, call.ty_args))
+
+    @staticmethod
+    def _broadcast_operand_second(call: relax.Call) -> relax.Call:
+        """add / multiply(b, x) -> (x, b) when x has the result's shape and b does not (it
+        broadcasts): ConvertLayout gives an elementwise op its first operand's layout, so with
+        the scale first the activation went back to NCHW (PoolFormer's layer scale)."""
+        if _op_name(call) not in COMMUTATIVE or len(call.args) != 2:
+            return call
+        shape = static_shape(call)
+        first, second = (static_shape(a) for a in call.args)
+        if shape is None or first == shape or second != shape:
+            return call
+        return relax.Call(call.op, [call.args[1], call.args[0]], call.attrs, call.ty_args)
+
+    def _elementwise_of_permutes(self, call: relax.Call) -> relax.Expr | None:
+        """f(permute_dims(a, p), permute_dims(b, p)) -> permute_dims(f(a, b), p) for operands of
+        one shape (ConvNeXt's residual add, both sides permuted back to NCHW): one permute
+        instead of two, which then meets the permute after it (and cancels, in ConvNeXt)."""
+        permutes = [_bound(self, a) for a in call.args]
+        if len(permutes) != 2 or any(_op_name(p) != PERMUTE for p in permutes):
+            return None
+        (a, b), axes = (p.args[0] for p in permutes), _axes(permutes[0])
+        if _axes(permutes[1]) != axes or static_shape(a) is None or static_shape(a) != static_shape(b):
+            return None
+        return relax.op.permute_dims(self.builder_.emit(relax.Call(call.op, [a, b], call.attrs, call.ty_args)), axes)
+
     def _follows_matmul(self, expr: relax.Expr) -> bool:
         """Whether `expr` is a matmul, or an elementwise op of one (after a bias add, GELU)."""
         call = _bound(self, expr)
@@ -148,6 +205,19 @@ class _LayoutSimplifier(PyExprMutator):
         if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
             return static_shape(expr) is not None and any(self._follows_matmul(arg) for arg in call.args)
         return name == MATMUL
+
+    @staticmethod
+    def _squeeze(call: relax.Call) -> relax.Expr:
+        """squeeze with negative axes -> the same axes counted from the front: ConvertLayout's
+        layout inference for squeeze (TVM 0.27) indexes the layout with them as they are and
+        dies with std::bad_alloc (Swin's pooler, squeeze(x, [-2]) after a conv's layout)."""
+        axes = call.attrs.axis
+        if axes is None or all(int(a) >= 0 for a in axes):
+            return call
+        ndim = call.args[0].ty.ndim
+        if ndim < 0:  # rank unknown
+            return call
+        return relax.op.squeeze(call.args[0], [int(a) % ndim for a in axes])
 
     def _clip(self, call: relax.Call) -> relax.Expr:
         data, low, high = call.args

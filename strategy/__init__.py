@@ -8,11 +8,13 @@ from . import conv1d, conv2d, dense
 from .dispatch import install as _install_op
 from .registry import (
     Decision,
+    Decline,
     Implementation,
     StrictModeError,
     covered_ops,
     implementations,
     recording,
+    recording_declines,
     register,
     select,
     strict,
@@ -28,6 +30,7 @@ def install() -> None:
 
 __all__ = [
     "Decision",
+    "Decline",
     "Implementation",
     "StrictModeError",
     "conv1d",
@@ -37,6 +40,7 @@ __all__ = [
     "implementations",
     "install",
     "recording",
+    "recording_declines",
     "register",
     "select",
     "strict",

@@ -3,6 +3,10 @@
 `install(op)` overrides the op's FLegalize at level 11 and keeps TVM's
 function as the op attribute "accel.FLegalizeTVM", which also marks the hook
 as installed (so a second install, or a re-import, changes nothing).
+
+An implementation whose condition or legalization raises is declined for that call
+(recorded, see registry.decline) and the next one is tried, then TVM's own: a
+failing strategy never fails the build, except in strict mode.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import tvm
 from tvm import relax
 from tvm.ir import Op
 
-from .registry import Decision, StrictModeError, implementations, is_strict, is_suspended, record, select
+from .registry import Decision, StrictModeError, decline, implementations, is_strict, is_suspended, reason_of, record
 
 ORIGINAL_ATTR = "accel.FLegalizeTVM"
 # TVM's kOutEWiseFusable: FuseOps may append elementwise consumers (the
@@ -60,22 +64,56 @@ def _tag_funcs(bb: relax.BlockBuilder, expr: relax.Expr, key: str, value: str) -
         bb.update_func(gvar, func.with_attr(key, value))
 
 
+def _where(call: relax.Call, inputs) -> str:
+    return f"{call.op.name} on {', '.join(inputs)}"
+
+
+def _try(impl, bb: relax.BlockBuilder, call: relax.Call, inputs, failures: list):
+    """(legalized expression, None), or (None, why `impl` did not give one): its condition's
+    reason, or the error its condition or legalization raised (declined, see registry, and
+    appended to `failures`)."""
+    try:
+        reason = impl.condition(call)
+        return (None, reason) if reason is not None else (impl.legalize(bb, call), None)
+    except StrictModeError:
+        raise
+    except Exception as err:  # pylint: disable=broad-except  (any failure: the next one, or TVM's kernel)
+        decline(impl.name, _where(call, inputs), err)
+        failures.append(err)
+        return None, f"failed: {reason_of(err)}"
+
+
+def _fallback(bb: relax.BlockBuilder, call: relax.Call, failures: list):
+    """TVM's own legalization of `call`; where that fails too after an implementation of
+    ours failed, our error (it names the op, the value and what is supported)."""
+    try:
+        return tvm_legalize(call)(bb, call)
+    except Exception as err:
+        if failures:
+            raise failures[0] from err
+        raise
+
+
 def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """FLegalize of every covered op."""
+    """FLegalize of every covered op: the first implementation (best first) whose condition
+    holds and whose legalization succeeds, else TVM's own kernel (recorded with the reasons)."""
     target = tvm.target.Target.current(allow_none=True)
     keys = [] if target is None or is_suspended() else [str(k) for k in target.keys]
-    if not implementations(call.op.name, keys):
+    impls = implementations(call.op.name, keys)
+    if not impls:
         return tvm_legalize(call)(bb, call)
-    impl, skipped = select(call, keys)
-    inputs = describe_inputs(call)
-    if impl is not None:
-        record(Decision(call.op.name, impl.name, "", inputs, tuple(skipped)))
-        return impl.legalize(bb, call)
+    inputs, skipped, failures = describe_inputs(call), [], []
+    for impl in impls:
+        result, why = _try(impl, bb, call, inputs, failures)
+        if why is None:
+            record(Decision(call.op.name, impl.name, "", inputs, tuple(skipped)))
+            return result
+        skipped.append((impl.name, why))
     reason = "; ".join(f"{name}: {why}" for name, why in skipped)
     if is_strict():
         raise StrictModeError(f"{call.op.name} on {', '.join(inputs)} has no accel kernel ({reason}); strict mode forbids the fallback to TVM's kernel")
+    result = _fallback(bb, call, failures)
     record(Decision(call.op.name, None, reason, inputs, tuple(skipped)))
-    result = tvm_legalize(call)(bb, call)
     _tag_funcs(bb, result, "accel.fallback", reason)
     return result
 

@@ -1,16 +1,23 @@
-"""Implementations per Relax op, and the record of what each call got.
+"""Implementations per Relax op, the record of what each call got, and of what each build
+step declined.
 
 The Relax counterpart of Relay's OpStrategy: an implementation has a name
 ("<compute>.<target key>"), the target key it serves, a condition on the
 call (attributes, shapes, dtypes) and a priority level. Adding a kernel is one
 `register` call; the dispatcher tries the implementations of an op in
 priority order and records why each skipped one did not match.
+
+A build step of accel's (a graph pass, a kernel rewrite, a strategy) that fails
+leaves the module or kernel as it was and calls `decline`: a `Decline` goes to
+every open `recording_declines()` block and to the "accel" logger, and in strict
+mode it is a StrictModeError instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -49,6 +56,19 @@ class Decision:
         return self.implementation is None
 
 
+@dataclass(frozen=True)
+class Decline:
+    """A build step that left something as it was because it failed there: `where` is a
+    kernel (PrimFunc) name, an op call, or "module" for a whole-module pass."""
+
+    step: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.step} declined {self.where}: {self.reason}"
+
+
 @tvm.error.register_error  # keeps its type when raised through tvm.compile
 class StrictModeError(RuntimeError):
     """Raised in strict mode when an op would fall back to TVM's generic kernel."""
@@ -58,6 +78,8 @@ _IMPLEMENTATIONS: dict[str, list[Implementation]] = {}
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_strict", default=False)
 _SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_suspended", default=False)
 _LOGS: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar("accel_decisions", default=())
+_DECLINES: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar("accel_declines", default=())
+_LOGGER = logging.getLogger("accel")
 
 
 def register(op: str, name: str, *, condition: Condition, key: str = "accel", plevel: int = 10):
@@ -92,7 +114,10 @@ def select(call: relax.Call, target_keys) -> tuple[Implementation | None, list[t
     """The best implementation whose condition holds, and (name, reason) of those skipped."""
     skipped = []
     for impl in implementations(call.op.name, target_keys):
-        reason = impl.condition(call)
+        try:
+            reason = impl.condition(call)
+        except Exception as err:  # pylint: disable=broad-except  (a failing condition does not match)
+            reason = f"failed: {reason_of(err)}"
         if reason is None:
             return impl, skipped
         skipped.append((impl.name, reason))
@@ -140,3 +165,44 @@ def recording() -> Iterator[list]:
 def record(decision: Decision) -> None:
     for log in _LOGS.get():
         log.append(decision)
+
+
+@contextlib.contextmanager
+def recording_declines() -> Iterator[list]:
+    """``with recording_declines() as log:`` collects the Decline of every step that failed
+    in the block. Blocks nest, as `recording`'s do."""
+    log: list = []
+    with _setting(_DECLINES, _DECLINES.get() + (log,)):
+        yield log
+
+
+def reason_of(err: BaseException) -> str:
+    """One line naming what went wrong: the error's type and the first line of its message
+    (a TVM error's message is the check that failed; its C++ stack is kept apart)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def decline(step: str, where: str, err: BaseException | str) -> Decline:
+    """Record that `step` failed on `where` and left it as it was (logged as a warning);
+    in strict mode raise StrictModeError instead, from `err`."""
+    found = Decline(step, where, err if isinstance(err, str) else reason_of(err))
+    if is_strict():
+        raise StrictModeError(f"{found}; strict mode forbids leaving it as it was") from (
+            None if isinstance(err, str) else err)
+    _LOGGER.warning("%s (left as it was)", found)
+    for log in _DECLINES.get():
+        log.append(found)
+    return found
+
+
+def attempt(step: str, where: str, fn: Callable, *args, default=None):
+    """fn(*args); where it raises, `default` and the failure declined (see `decline`):
+    what `fn` would have rewritten stays as it was."""
+    try:
+        return fn(*args)
+    except StrictModeError:
+        raise
+    except Exception as err:  # pylint: disable=broad-except  (any failure leaves it as it was)
+        decline(step, where, err)
+        return default

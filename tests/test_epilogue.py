@@ -8,6 +8,7 @@ from tvm import relax, s_tir
 
 import accel_target
 from tests.helpers import assert_close, rand, run_executable, single_op_module
+from topi_accel import epilogue
 
 
 class ConvEpilogue(nn.Module):
@@ -148,3 +149,58 @@ def test_gelu_uses_fast_erf_within_tolerance_and_is_fused():
     assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     (kernel,) = accel_target.report(executable).kernels.calls
     assert kernel.startswith("fused_dense_kn") and "fast_erf" in kernel
+
+
+class SqueezeExcitation(nn.Module):
+    """x * sigmoid(conv1x1(mean(x))): the gate conv's bias and sigmoid follow it elementwise,
+    its product with x broadcasts the [1, C, 1, 1] gate over [1, C, H, W] (EfficientNet, RegNet)."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.conv, self.gate = nn.Conv2d(8, channels, 3, padding=1), nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y * torch.sigmoid(self.gate(y.mean((2, 3), keepdim=True)))
+
+
+def test_a_broadcasting_consumer_stays_out_of_the_write_back():
+    """The gate's bias and sigmoid are computed in its conv's write-back; the broadcast
+    product is not (TVM 0.27's reverse_compute_inline failed on it with an InternalError
+    instead of refusing): in strict mode, where a step that fails is an error."""
+    torch.manual_seed(0)
+    model, x = SqueezeExcitation().eval(), torch.randn(1, 8, 6, 6)
+    mod = accel_target.from_torch(model, (x,))
+    executable = accel_target.build(mod, strict=True)
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+    lowered = accel_target.optimize(mod)
+    (gate,) = [f for g, f in lowered.functions_items() if "sigmoid" in g.name_hint and "conv2d_nhwc" in g.name_hint]
+    sch = s_tir.Schedule(gate)
+    stages = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    assert [s for s in stages if not s.startswith("conv2d_nhwc_ohwi")] == ["T_multiply"], stages
+
+
+def test_reads_elementwise_tells_a_broadcast_from_an_elementwise_read():
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.Buffer((4, 1), "float32"), b: T.Buffer((4, 8), "float32"), out: T.Buffer((4, 8), "float32")):
+        t = T.sblock_alloc_buffer((4, 1))
+        u = T.sblock_alloc_buffer((4, 1))
+        for i, j in T.grid(4, 1):
+            with T.sblock("t"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                t[vi, vj] = a[vi, vj] + T.float32(1)
+        for i, j in T.grid(4, 1):
+            with T.sblock("u"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                u[vi, vj] = t[vi, vj] * T.float32(2)
+        for i, j in T.grid(4, 8):
+            with T.sblock("out"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = u[vi, 0] * b[vi, vj]
+
+    sch = s_tir.Schedule(func)
+    t, u, out = (sch.get_sblock(n) for n in ("t", "u", "out"))
+    assert epilogue.reads_elementwise(sch, u, t)
+    assert not epilogue.reads_elementwise(sch, out, u)

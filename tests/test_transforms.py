@@ -270,3 +270,55 @@ def test_takes_between_inverse_permutes_are_done_in_place():
         ),
         {"x": x}, {"r": rows, "c": cols}, ref, ["relax.take", "relax.take"],
     )
+
+
+def _conv_then(make, channels=16):
+    """main(x: [1, 3, 8, 8]) -> make(conv2d(x, w)), w: [channels, 3, 1, 1], and x, w."""
+    x, w = rand(1, 3, 8, 8), rand(channels, 3, 1, 1)
+    mod = single_op_module(lambda x, w: make(relax.op.nn.conv2d(x, w)), {"x": x}, {"w": w})
+    conv = np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
+    return mod, x, conv
+
+
+def _graph(mod, input_layout=None):
+    with tvm.target.Target("accel"):
+        return tvm.transform.Sequential(graph_passes())(convert_input_layout(mod, input_layout))
+
+
+def test_negative_squeeze_axes_count_from_the_front():
+    """squeeze(mean(conv(x), [-1], keepdims), [-1]): ConvertLayout died with std::bad_alloc on
+    the negative axis (Swin's pooler); counted from the front, it converts."""
+    mod, x, conv = _conv_then(lambda y: relax.op.squeeze(relax.op.mean(y, [-1], keepdims=True), [-1]))
+    squeezes = calls_of(SimplifyLayouts()(mod), ("relax.squeeze",))
+    assert [int(a) for a in squeezes[0].attrs.axis] == [3]
+    assert "relax.nn.conv2d" in _ops(_graph(mod))
+    assert_close(run_executable(accel_target.build(mod, strict=True), x), conv.mean(-1))
+
+
+@pytest.mark.parametrize("scale_first", [True, False])
+def test_a_per_channel_scale_of_lower_rank_follows_the_layout(scale_first):
+    """PoolFormer's layer scale: a [C, 1, 1] constant times an NCHW activation. Reshaped to
+    [1, C, 1, 1] and put second (ConvertLayout takes an elementwise op's layout from its
+    first operand), it is converted with the activation: no transpose with NHWC input."""
+    scale = rand(16, 1, 1)
+
+    def mul(y):
+        return relax.op.multiply(relax.const(scale), y) if scale_first else relax.op.multiply(y, relax.const(scale))
+
+    mod, x, conv = _conv_then(lambda y: relax.op.mean(relax.op.nn.relu(mul(y)), [2, 3]))  # pooled: no layout
+    assert "relax.permute_dims" not in _ops(_graph(mod, "NHWC"))
+    executable = accel_target.build(mod, input_layout="NHWC", strict=True)
+    assert_close(run_executable(executable, x.transpose(0, 2, 3, 1).copy()), np.maximum(conv * scale, 0).mean((2, 3)))
+    assert accel_target.report(executable).kernels.layout_transforms == 0
+
+
+def test_an_elementwise_op_of_two_permuted_tensors_permutes_once():
+    """add(permute(a, p), permute(b, p)) -> permute(add(a, b), p): ConvNeXt's residual add, both
+    sides permuted back to NCHW, then permuted to NHWC again for the next layer norm."""
+    a, b = rand(1, 4, 5, 6), rand(1, 4, 5, 6)
+    to_nchw, to_nhwc = [0, 3, 1, 2], [0, 2, 3, 1]
+    _check(
+        lambda a, b: relax.op.permute_dims(
+            relax.op.add(relax.op.permute_dims(a, to_nchw), relax.op.permute_dims(b, to_nchw)), to_nhwc),
+        {"a": a, "b": b}, {}, a + b, ["relax.add"],
+    )

@@ -23,8 +23,9 @@ import math
 
 import tvm
 from tvm import s_tir, tirx
+from tvm.s_tir.schedule.schedule import ScheduleError
 
-from .workshare import lower_blocks
+from . import workshare
 
 PREFETCH = "accel_prefetch"
 # reduction steps of the register tile between two rounds of prefetches
@@ -100,11 +101,30 @@ def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list,
     return stmt
 
 
+def asks_for_prefetches(func: tirx.PrimFunc) -> bool:
+    """Whether a loop of `func` carries the annotation of `prefetch_next_panel` (True for a
+    function without blocks, lowered already: `insert_prefetches` looks at its loops)."""
+    sch = s_tir.Schedule(func)
+    try:
+        pending = [sch.get_sblock("root")]
+    except ScheduleError:
+        return True
+    while pending:
+        block = pending.pop()
+        if any(PREFETCH in sch.get(loop).annotations for loop in sch.get_loops(block)):
+            return True
+        pending.extend(sch.get_child_blocks(block))
+    return False
+
+
 def insert_prefetches(func: tirx.PrimFunc, fetch=prefetch) -> tirx.PrimFunc | None:
     """`func` lowered to a block-free function with the prefetches its schedule asked for
-    (`prefetch_next_panel`); None if it asked for none. fetch(buffer, offset) makes the
-    statement for one cache line (tests record the addresses instead)."""
-    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    (`prefetch_next_panel`); None, and `func` not even lowered, if it asked for none.
+    fetch(buffer, offset) makes the statement for one cache line (tests record the
+    addresses instead)."""
+    if not asks_for_prefetches(func):
+        return None
+    lowered = workshare.lower_blocks()(tvm.IRModule({"main": func}))["main"]
     inserted = []
     body = _insert(lowered.body, None, lowered.params, fetch, [], inserted)
     return lowered.with_body(body) if inserted else None

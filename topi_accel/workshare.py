@@ -52,6 +52,10 @@ def lower_blocks() -> tvm.transform.Pass:
         s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
         s_tir.transform.ConvertBlocksToOpaque(),
         s_tir.transform.CompactBufferAllocation(),
+        # as TVM's pipeline does before flattening: compacting a buffer that a row-by-row
+        # kernel computes per row leaves indices such as `row - row`, on which FlattenBuffer
+        # divides by zero (SegFormer's and CvT's reshape-transpose chains)
+        s_tir.transform.StmtSimplify(),
         s_tir.transform.LowerOpaqueBlock(),
         tirx.transform.FlattenBuffer(),
         tirx.transform.NarrowDataType(32),

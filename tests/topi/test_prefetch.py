@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from tvm import tirx
+from tvm import relax, tirx
 
 import accel_target
 import topi_accel
 from topi_accel import prefetch as P
-from tests.helpers import assert_close, matmul_module, pack, rand, run_primfunc
+from tests.helpers import assert_close, matmul_module, pack, rand, run_executable, run_primfunc
 
 RECORD = "testing.accel_prefetched"
 
@@ -106,3 +106,37 @@ def test_the_build_inserts_the_prefetches():
         lowered = accel_target.pipeline.insert_prefetches(accel_target.optimize(mod, target=target))
     kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert sum("T.prefetch(" in k for k in kernels) == 1
+
+
+def test_a_kernel_that_asked_for_no_prefetch_is_left_unlowered(monkeypatch):
+    assert P.asks_for_prefetches(_dense(64, 256, 96)[0])
+    with tvm.target.Target("accel"):
+        legalized = relax.transform.LegalizeOps()(_transpose_chain())
+    transposes = [f for g, f in legalized.functions_items() if g.name_hint.startswith("transpose")]
+    assert transposes and not any(P.asks_for_prefetches(f) for f in transposes)
+    monkeypatch.setattr(P.workshare, "lower_blocks", lambda: pytest.fail("lowered a kernel that asked for no prefetch"))
+    assert all(P.insert_prefetches(f) is None for f in transposes)
+
+
+def _transpose_chain():
+    """main(x: [256, 32]) -> [1, 16, 16, 32]: reshape, NCHW permute, reshape, NHWC permute
+    (SegFormer's and CvT's tokens <-> image round trip), as one legalized kernel."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((256, 32), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.permute_dims(relax.op.reshape(x, [1, 256, 32]), [0, 2, 1]))
+            out = bb.emit_output(relax.op.permute_dims(relax.op.reshape(y, [1, 32, 16, 16]), [0, 2, 3, 1]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_row_by_row_kernel_is_lowered_for_the_claims():
+    """The chain computed row by row (generic.parallelize) compacts its per-row buffers to
+    indices like ``row - row``; lowered without TVM's StmtSimplify, FlattenBuffer failed on
+    them ("Divide by zero"). Strict: the build fails if any step declines."""
+    x = rand(256, 32)
+    executable = accel_target.build(_transpose_chain(), strict=True)
+    assert_close(run_executable(executable, x), x.reshape(1, 16, 16, 32))
+    report = accel_target.report(executable)
+    assert report.declines == ()
