@@ -14,14 +14,13 @@ from topi_accel.knobs import vector_bits
 from .pipeline import build
 from .target import machine, num_threads
 
-
 WARMUP_S = 0.2
 # the widest vectors of a target, by the name its benchmark results are kept under
 ISA_BY_VECTOR_BITS = {512: "avx512", 256: "avx2", 128: "sse"}
 
 
 def isa(target="accel") -> str:
-    """"avx512", "avx2" or "sse": the vector ISA the kernels of `target` use (the host's for
+    """ "avx512", "avx2" or "sse": the vector ISA the kernels of `target` use (the host's for
     the plain "accel" tag); benchmark results are kept per ISA."""
     return ISA_BY_VECTOR_BITS[vector_bits(tvm.target.Target(target))]
 
@@ -49,7 +48,7 @@ def vm_runner(executable, arrays):
 
 
 def _torch_runner(path: str, arrays, threads: int):
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     torch.set_num_threads(threads)
     module = torch.export.load(path).module()
@@ -63,7 +62,7 @@ def _torch_runner(path: str, arrays, threads: int):
 
 
 def onnxruntime_runner(path: str, arrays, threads: int):
-    import onnxruntime  # pylint: disable=import-outside-toplevel
+    import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -126,10 +125,10 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, path: str, title: str) -> None:
-    import matplotlib  # pylint: disable=import-outside-toplevel
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    import matplotlib.pyplot as plt
 
     names = [r["runtime"] for r in results["results"]]
     values = [r["ms"] for r in results["results"]]

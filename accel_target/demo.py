@@ -23,8 +23,8 @@ from .target import num_threads
 
 def bundled_model():
     """(model, example input): a ResNet-10 for 3x112x112 images, 100 classes, eval mode."""
-    import torch  # pylint: disable=import-outside-toplevel
-    from torch import nn  # pylint: disable=import-outside-toplevel
+    import torch
+    from torch import nn
 
     def conv_bn(cin, cout, k, stride=1):
         return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout))
@@ -40,9 +40,16 @@ def bundled_model():
 
     torch.manual_seed(0)
     model = nn.Sequential(
-        conv_bn(3, 32, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
-        Block(32, 32, 1), Block(32, 64, 2), Block(64, 128, 2), Block(128, 256, 2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 100),
+        conv_bn(3, 32, 7, 2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+        Block(32, 32, 1),
+        Block(32, 64, 2),
+        Block(64, 128, 2),
+        Block(128, 256, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(256, 100),
     )
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
@@ -53,14 +60,17 @@ def bundled_model():
 
 def run(out=sys.stdout) -> int:
     """Run the demo, print to `out`; return a process exit code (0 when the output matches)."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     model, x = bundled_model()
     mod = from_torch(model, (x,))
     started = time.perf_counter()
     executable = build(mod)
-    print(f"bundled model: ResNet-10, input NCHW {list(x.shape)}; accel build took "
-          f"{time.perf_counter() - started:.1f} s\n", file=out)
+    print(
+        f"bundled model: ResNet-10, input NCHW {list(x.shape)}; accel build took "
+        f"{time.perf_counter() - started:.1f} s\n",
+        file=out,
+    )
     print(report(executable), file=out)
 
     args = [tvm.runtime.tensor(x.numpy())]
@@ -76,7 +86,10 @@ def run(out=sys.stdout) -> int:
     with torch.inference_mode():
         t_torch = median_ms(lambda: model(x), 20)
     t_accel, t_stock = median_ms(lambda: vm["main"](*args), 20), median_ms(lambda: stock["main"](*args), 3)
-    print(f"speed, {threads} threads each: "
-          f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
-          f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)", file=out)
+    print(
+        f"speed, {threads} threads each: "
+        f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
+        f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)",
+        file=out,
+    )
     return 0 if ok else 1

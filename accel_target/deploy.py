@@ -66,7 +66,7 @@ class _ConstantLifter(PyExprMutator):
         self.values: list[tvm.runtime.Tensor] = []
         self._index: dict = {}
 
-    def visit_generic_const_(self, const):  # pylint: disable=arguments-renamed
+    def visit_generic_const_(self, const):
         if not isinstance(const.value, tvm.runtime.Tensor):
             return const
         if const not in self._index:  # a constant used twice is one weight
@@ -119,7 +119,8 @@ class TensorSpec:
 # the check the VM runs on each tensor input of main: "ErrorContext(fn=main, loc=param[0],
 # param=x, annotation=R.Tensor((1, 3, 32, 32), dtype="float32"))", a constant of the executable
 _PARAM_CHECK = re.compile(
-    r'ErrorContext\(fn=main, loc=param\[(\d+)\], param=([^,]+), annotation=R\.Tensor\((.*?)dtype="(\w+)"')
+    r'ErrorContext\(fn=main, loc=param\[(\d+)\], param=([^,]+), annotation=R\.Tensor\((.*?)dtype="(\w+)"'
+)
 
 
 def _spec_of_check(name: str, annotation: str, dtype: str) -> TensorSpec:
@@ -135,8 +136,10 @@ def executable_inputs(executable) -> list[TensorSpec]:
     its library) checks when called, in order: its own record of the signature."""
     if not isinstance(executable, relax.VMExecutable):
         executable = relax.VMExecutable(executable)
-    found = {int(m.group(1)): _spec_of_check(m.group(2), m.group(3), m.group(4))
-             for m in _PARAM_CHECK.finditer(executable.stats())}
+    found = {
+        int(m.group(1)): _spec_of_check(m.group(2), m.group(3), m.group(4))
+        for m in _PARAM_CHECK.finditer(executable.stats())
+    }
     return [found[i] for i in sorted(found)]
 
 
@@ -154,12 +157,14 @@ def write_signature(executable, library: str | os.PathLike, meta: dict | None = 
     library = os.fspath(library)
     weights = getattr(executable, "accel_weights", None) or []
     signature = dict(meta or {})
-    signature.update({
-        "format": SIGNATURE_FORMAT,
-        "inputs": [spec.to_dict() for spec in executable_inputs(executable)],
-        "weights": [TensorSpec(f"w{i}", tuple(w.shape), str(w.dtype)).to_dict() for i, w in enumerate(weights)],
-        "library_sha256": _sha256(library),
-    })
+    signature.update(
+        {
+            "format": SIGNATURE_FORMAT,
+            "inputs": [spec.to_dict() for spec in executable_inputs(executable)],
+            "weights": [TensorSpec(f"w{i}", tuple(w.shape), str(w.dtype)).to_dict() for i, w in enumerate(weights)],
+            "library_sha256": _sha256(library),
+        }
+    )
     path = signature_path(library)
     with open(path, "w") as f:
         json.dump(signature, f, indent=2)
@@ -197,8 +202,10 @@ def read_signature(library: str | os.PathLike) -> dict:
     SHA-256: {"inputs": [TensorSpec], "weights": [TensorSpec], ...the rest as written}."""
     library, path = os.fspath(library), signature_path(library)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"accel load: signature file {path!r} does not exist; accel_target.save and "
-                                f"'accel-tvm compile' write it beside the library: save the model again")
+        raise FileNotFoundError(
+            f"accel load: signature file {path!r} does not exist; accel_target.save and "
+            f"'accel-tvm compile' write it beside the library: save the model again"
+        )
     try:
         with open(path) as f:
             signature = json.load(f)
@@ -212,9 +219,11 @@ def read_signature(library: str | os.PathLike) -> dict:
     except ValueError as err:  # json.JSONDecodeError included
         raise ValueError(f"accel load: signature file {path!r} is malformed: {err}; save the model again") from None
     if signature.get("library_sha256") != _sha256(library):
-        raise ValueError(f"accel load: signature file {path!r} was not written for {library!r} (its "
-                         f"library_sha256 differs from the library's): the library was rebuilt or the file "
-                         f"edited; save the model again")
+        raise ValueError(
+            f"accel load: signature file {path!r} was not written for {library!r} (its "
+            f"library_sha256 differs from the library's): the library was rebuilt or the file "
+            f"edited; save the model again"
+        )
     return signature
 
 
@@ -224,9 +233,11 @@ def _as_array(value, spec: TensorSpec, index: int):
         return value
     try:
         return np.asarray(value)
-    except Exception as err:  # pylint: disable=broad-except
-        raise TypeError(f"accel model: input {index} ({spec.name}): expected a tvm.runtime.Tensor or an array "
-                        f"(numpy, PyTorch CPU tensor), given {type(value).__name__}: {err}") from None
+    except Exception as err:
+        raise TypeError(
+            f"accel model: input {index} ({spec.name}): expected a tvm.runtime.Tensor or an array "
+            f"(numpy, PyTorch CPU tensor), given {type(value).__name__}: {err}"
+        ) from None
 
 
 def _check_shape(given: tuple, spec: TensorSpec, index: int) -> None:
@@ -234,10 +245,12 @@ def _check_shape(given: tuple, spec: TensorSpec, index: int) -> None:
         return
     if len(given) == len(spec.shape) and all(e is None or e == g for g, e in zip(given, spec.shape, strict=True)):
         return
-    message = (f"accel model: input {index} ({spec.name}): expected shape {list(spec.shape)}, given {list(given)}")
+    message = f"accel model: input {index} ({spec.name}): expected shape {list(spec.shape)}, given {list(given)}"
     if sorted(given) == sorted(d for d in spec.shape if d is not None) and len(given) == len(spec.shape):
-        message += (" (the same sizes in another order: a layout mismatch? transpose the input, e.g. NHWC to NCHW, "
-                    "or build the model for the layout you have, e.g. input_layout='NHWC')")
+        message += (
+            " (the same sizes in another order: a layout mismatch? transpose the input, e.g. NHWC to NCHW, "
+            "or build the model for the layout you have, e.g. input_layout='NHWC')"
+        )
     raise ValueError(message)
 
 
@@ -245,9 +258,11 @@ def _check_finite(array: np.ndarray, spec: TensorSpec, index: int) -> None:
     if array.dtype.kind != "f" or np.isfinite(array).all():
         return
     nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
-    raise ValueError(f"accel model: input {index} ({spec.name}) holds {nan} NaN and {inf} Inf values; expected finite "
-                     f"numbers (the kernels' ReLU, max and pooling turn NaN into numbers, so the output would look "
-                     f"valid): clean the input, or load with check_finite=False to pass it through unchecked")
+    raise ValueError(
+        f"accel model: input {index} ({spec.name}) holds {nan} NaN and {inf} Inf values; expected finite "
+        f"numbers (the kernels' ReLU, max and pooling turn NaN into numbers, so the output would look "
+        f"valid): clean the input, or load with check_finite=False to pass it through unchecked"
+    )
 
 
 class Deployed:
@@ -282,36 +297,43 @@ class Deployed:
         path = weights_path(self.library)
         if not os.path.isfile(path):
             if specs:
-                raise FileNotFoundError(f"accel load: weights file {path!r} does not exist; "
-                                        f"the model takes {len(specs)} weights from it")
+                raise FileNotFoundError(
+                    f"accel load: weights file {path!r} does not exist; the model takes {len(specs)} weights from it"
+                )
             return []
         params = tvm.runtime.load_param_dict_from_file(path)
         expected = [f"w{i}" for i in range(len(params))]
         names = sorted(params.keys())
         if set(names) != set(expected):
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            raise ValueError(f"accel load: {path!r} holds {shown}; expected the weights "
-                             f"w0..w{len(params) - 1} that accel_target.save writes")
+            raise ValueError(
+                f"accel load: {path!r} holds {shown}; expected the weights "
+                f"w0..w{len(params) - 1} that accel_target.save writes"
+            )
         weights = [params[name] for name in expected]
         # (main checks none of the weights; the kernels check their arguments, in words naming neither)
         if len(weights) != len(specs):
             raise ValueError(f"accel load: {path!r} holds {len(weights)} weights; the model takes {len(specs)}")
         for spec, weight in zip(specs, weights, strict=True):
             if tuple(weight.shape) != spec.shape or str(weight.dtype) != spec.dtype:
-                raise ValueError(f"accel load: weight {spec.name} in {path!r} is {weight.dtype} {list(weight.shape)}; "
-                                 f"the model takes {spec.describe()}")
+                raise ValueError(
+                    f"accel load: weight {spec.name} in {path!r} is {weight.dtype} {list(weight.shape)}; "
+                    f"the model takes {spec.describe()}"
+                )
         return weights
 
     def _check_against_executable(self) -> None:
         """The signature file agrees with the checks the executable itself runs on its inputs."""
         own = executable_inputs(self.module)
-        arity = int(self.vm._get_function_arity("main"))  # pylint: disable=protected-access
+        arity = int(self.vm._get_function_arity("main"))
         if own != self.inputs or arity != len(self.inputs) + len(self.weights):
             listed = ", ".join(s.describe() for s in self.inputs)
             actual = ", ".join(s.describe() for s in own)
-            raise ValueError(f"accel load: signature file {signature_path(self.library)!r} lists inputs ({listed}) and "
-                             f"{len(self.weights)} weights; the library's main takes ({actual}) and "
-                             f"{arity - len(own)} weights: save the model again")
+            raise ValueError(
+                f"accel load: signature file {signature_path(self.library)!r} lists inputs ({listed}) and "
+                f"{len(self.weights)} weights; the library's main takes ({actual}) and "
+                f"{arity - len(own)} weights: save the model again"
+            )
 
     @property
     def vm(self) -> relax.VirtualMachine:
@@ -331,13 +353,16 @@ class Deployed:
         for index, (value, spec) in enumerate(zip(inputs, self.inputs, strict=True)):
             value = _as_array(value, spec, index)
             if str(value.dtype) != spec.dtype:
-                raise ValueError(f"accel model: input {index} ({spec.name}): "
-                                 f"expected dtype {spec.dtype}, given {value.dtype}")
+                raise ValueError(
+                    f"accel model: input {index} ({spec.name}): expected dtype {spec.dtype}, given {value.dtype}"
+                )
             _check_shape(tuple(int(d) for d in value.shape), spec, index)
             if isinstance(value, tvm.runtime.Tensor):
                 if value.device != self.device:
-                    raise ValueError(f"accel model: input {index} ({spec.name}): "
-                                     f"expected a tensor on {self.device}, given one on {value.device}")
+                    raise ValueError(
+                        f"accel model: input {index} ({spec.name}): "
+                        f"expected a tensor on {self.device}, given one on {value.device}"
+                    )
                 if self.check_finite:
                     _check_finite(np.from_dlpack(value), spec, index)
                 tensors.append(value)

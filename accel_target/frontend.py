@@ -48,7 +48,7 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     ``keep_params_as_input=True`` the pair (IRModule, {param name: array}) for
     ``build(mod, params)``.
     """
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -65,13 +65,13 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     if not keep_params_as_input:
         return mod
     mod, params = relax.frontend.detach_params(mod)
-    names = [p.name for p in mod["main"].params[len(example_inputs):]]
+    names = [p.name for p in mod["main"].params[len(example_inputs) :]]
     return mod, {name: value.numpy() for name, value in zip(names, params["main"], strict=True)}
 
 
 def from_exported_program_file(path) -> tvm.IRModule:
     """Import a program saved with ``torch.export.save`` (a .pt2 file), weights as constants."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -102,8 +102,8 @@ def load_model(path) -> tvm.IRModule:
 
 def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> tvm.IRModule:
     """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants."""
-    import onnx  # pylint: disable=import-outside-toplevel
-    from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx  # pylint: disable=import-outside-toplevel
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
     model = path_or_model
     if isinstance(path_or_model, (str, os.PathLike)):

@@ -28,7 +28,6 @@ A kernel on which the analysis or the rewrite raises keeps its calls as they wer
 from __future__ import annotations
 
 import ast
-import collections
 
 import tvm
 import tvm_ffi
@@ -79,7 +78,7 @@ class _Rename(ast.NodeTransformer):
     def __init__(self, old: str, new: str):
         self.old, self.new = old, new
 
-    def visit_Name(self, node: ast.Name) -> ast.Name:  # pylint: disable=invalid-name
+    def visit_Name(self, node: ast.Name) -> ast.Name:
         return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
 
 
@@ -102,6 +101,7 @@ def _last_reads(func: relax.Function) -> dict:
     """variable of `func` -> the binding variable of its last reader (none for the
     variables the function returns: they are read after every binding)."""
     last = {}
+
     def reads(expr) -> list:
         found = []
         relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
@@ -136,17 +136,23 @@ class _InPlace(PyExprMutator):
     def _fresh(self, var, reader) -> bool:
         """`var` is a tensor a kernel of this function made, read for the last time by
         `reader`; when a reshape made it (a view, once lowered), so is the reshape's input."""
-        if not isinstance(var, relax.Var) or self.last_reads.get(var) is None or not self.last_reads[var].same_as(reader):
+        if (
+            not isinstance(var, relax.Var)
+            or self.last_reads.get(var) is None
+            or not self.last_reads[var].same_as(reader)
+        ):
             return False
         producer = self.lookup_binding(var)
-        if not (isinstance(producer, relax.Call) and getattr(producer.op, "name", "") in
-                ("relax.call_tir", "relax.call_tir_inplace")):
+        if not (
+            isinstance(producer, relax.Call)
+            and getattr(producer.op, "name", "") in ("relax.call_tir", "relax.call_tir_inplace")
+        ):
             return False
         if relax.analysis.has_reshape_pattern(self.builder_.get()[producer.args[0]]):
             return self._fresh(producer.args[1].fields[0], var)
         return True
 
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if getattr(call.op, "name", "") != "relax.call_tir" or not isinstance(call.ty_args[0], relax.TensorType):
             return call
@@ -163,7 +169,7 @@ class _InPlace(PyExprMutator):
                 return call
             self.rewritten[gvar] = self.builder_.add_func(in_place, f"{gvar.name_hint}_in_place")
         # the kernel's parameters lost `index`; the overwritten tensor goes in the output's place
-        args = args[:index] + args[index + 1:] + [args[index]]
+        args = args[:index] + args[index + 1 :] + [args[index]]
         return relax.call_tir_inplace(self.rewritten[gvar], relax.Tuple(args), len(args) - 1, call.ty_args[0])
 
 

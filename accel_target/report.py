@@ -88,7 +88,8 @@ def calls_of(mod: tvm.IRModule, ops, function: str = "main") -> list[relax.Call]
     """The calls in `function` of any op named in `ops`, in post order."""
     found = []
     relax.analysis.post_order_visit(
-        mod[function], lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None
+        mod[function],
+        lambda e: found.append(e) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None,
     )
     return found
 
@@ -127,8 +128,12 @@ class Report:
     declines: tuple[Decline, ...] = field(default=())
 
     @staticmethod
-    def from_rows(rows: Sequence[tuple[str, tuple[str, ...], str]], decisions: Sequence[Decision], target_keys,
-                  declines: Sequence[Decline] = ()) -> "Report":
+    def from_rows(
+        rows: Sequence[tuple[str, tuple[str, ...], str]],
+        decisions: Sequence[Decision],
+        target_keys,
+        declines: Sequence[Decline] = (),
+    ) -> Report:
         """Join the graph's op calls with the strategy decisions, in order (the dispatcher
         records a decision for every op with an implementation for `target_keys`)."""
         covered = {op for op in strategy.covered_ops() if strategy.implementations(op, target_keys)}
@@ -137,16 +142,20 @@ class Report:
         for op, inputs, layouts in rows:
             # the next decision for this op and these inputs (calls outside main's top level,
             # in branches or other functions, have decisions but no row: skip them)
-            found = next((i for i, d in enumerate(pending) if d.op == op and d.inputs == inputs), None) if op in covered else None
+            found = (
+                next((i for i, d in enumerate(pending) if d.op == op and d.inputs == inputs), None)
+                if op in covered
+                else None
+            )
             if found is None:
                 out.append(OpRow(op, inputs, layouts, "tvm", "TVM", ""))
                 continue
-            d, pending = pending[found], pending[found + 1:]
+            d, pending = pending[found], pending[found + 1 :]
             kind = "fallback" if d.fallback else "accel"
             out.append(OpRow(op, inputs, layouts, kind, d.implementation or "TVM", d.reason))
         return Report(tuple(out), declines=tuple(declines))
 
-    def with_kernels(self, kernels: KernelCounts) -> "Report":
+    def with_kernels(self, kernels: KernelCounts) -> Report:
         return replace(self, kernels=kernels)
 
     def with_declines(self, declines: Sequence[Decline]) -> Report:
@@ -209,7 +218,9 @@ def op_rows(mod: tvm.IRModule, function: str = "main") -> list[tuple[str, tuple[
             value = getattr(binding, "value", None)
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 if value.op.name == "relax.call_tir":  # a kernel a graph pass chose already (fast_erf)
-                    rows.append((value.args[0].name_hint, describe_inputs(relax.Call(value.op, list(value.args[1].fields))), ""))
+                    rows.append(
+                        (value.args[0].name_hint, describe_inputs(relax.Call(value.op, list(value.args[1].fields))), "")
+                    )
                 else:
                     rows.append((value.op.name, describe_inputs(value), _layouts(value)))
     return rows

@@ -108,6 +108,9 @@ def register() -> None:
     config = target_config()
     tvm.target.register_tag(TAG, config, override=True)
     if not codegen.llvm_cpu_has_features(["avx2"], tvm.target.Target(TAG)):
-        logger.warning("accel: host CPU %s has no AVX2; the kernels use 128-bit SSE vectors: correct, "
-                       "but several times slower than on an AVX2 or AVX-512 host", config["mcpu"])
+        logger.warning(
+            "accel: host CPU %s has no AVX2; the kernels use 128-bit SSE vectors: correct, "
+            "but several times slower than on an AVX2 or AVX-512 host",
+            config["mcpu"],
+        )
     use_all_cores()

@@ -35,7 +35,7 @@ _FIXED_INPUT_KINDS = ("BUFFER", "CONSTANT_TENSOR")
 
 def decompositions() -> dict:
     """PyTorch's default decomposition table without scaled_dot_product_attention."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
@@ -55,7 +55,7 @@ def _fixed_inputs(program) -> dict:
 
 def _is_static_tensors(value) -> bool:
     """A tensor, or a tuple/list of tensors, with concrete shapes."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     if isinstance(value, (tuple, list)):
         return len(value) > 0 and all(_is_static_tensors(v) for v in value)
@@ -64,7 +64,7 @@ def _is_static_tensors(value) -> bool:
 
 def _may_fold(node, known: dict) -> bool:
     """A pure op whose every input is known and whose result someone uses."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     if node.op != "call_function" or not node.users:
         return False
@@ -76,11 +76,10 @@ def _may_fold(node, known: dict) -> bool:
 def input_independent_values(program) -> dict:
     """{fx node: PyTorch value} for every op of `program` that depends on no user input
     and no parameter, computed by PyTorch (shapes are static at export)."""
-    import torch  # pylint: disable=import-outside-toplevel
+    import torch
 
     fixed = _fixed_inputs(program)
-    known = {node: fixed[node.name] for node in program.graph.nodes
-             if node.op == "placeholder" and node.name in fixed}
+    known = {node: fixed[node.name] for node in program.graph.nodes if node.op == "placeholder" and node.name in fixed}
     folded = {}
     with torch.no_grad():
         for node in program.graph.nodes:
@@ -220,7 +219,7 @@ def cumsum(node, importer) -> relax.Expr:
     dim = _scalar(node, 1, "dim", None)
     dtype = node.kwargs.get("dtype")
     if dtype is not None:
-        dtype = importer._convert_data_type(dtype)  # pylint: disable=protected-access
+        dtype = importer._convert_data_type(dtype)
     elif str(data.ty.dtype) == "bool" or str(data.ty.dtype).startswith(("int", "uint")):
         dtype = "int64"
     return importer.block_builder.emit(relax.op.cumsum(data, dim, dtype))
@@ -245,7 +244,7 @@ def convert_map(importer, folded: dict) -> dict[str, Converter]:
 def import_program(program, *, keep_params_as_input: bool = False):
     """ExportedProgram -> IRModule through TVM's importer, with our decompositions,
     PyTorch-computed input-independent values and converters."""
-    from tvm.relax.frontend.torch.exported_program_translator import (  # pylint: disable=import-outside-toplevel
+    from tvm.relax.frontend.torch.exported_program_translator import (
         ExportedProgramImporter,
     )
 

@@ -30,15 +30,22 @@ MODELS = ("ccpl", "dense")
 
 def build(directory: str) -> None:
     """Save the two models (weights beside the library) and their inputs into `directory`."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import torch  # pylint: disable=import-outside-toplevel
-    from torch import nn  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import torch
+    from torch import nn
 
-    import accel_target  # pylint: disable=import-outside-toplevel
+    import accel_target
 
     torch.manual_seed(0)
-    ccpl = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).eval()
+    ccpl = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    ).eval()
     dense = nn.Linear(1024, 1024, bias=False).eval()
     for name, model, x in (("ccpl", ccpl, torch.randn(1, 3, 32, 32)), ("dense", dense, torch.randn(256, 1024))):
         executable = accel_target.build(accel_target.from_torch(model, (x,)), weights="separate")
@@ -48,7 +55,7 @@ def build(directory: str) -> None:
 
 def measure(directory: str, rounds: int) -> dict:
     """The medians of one process (see the module's docstring)."""
-    # pylint: disable=import-outside-toplevel
+
     import numpy as np
     import torch
 
@@ -84,7 +91,7 @@ def measure(directory: str, rounds: int) -> dict:
     for name in MODELS:
         model = accel_target.load(os.path.join(directory, f"{name}.so"))
         x = np.load(os.path.join(directory, f"{name}_x.npy"))
-        models[name] = (lambda m=model, x=x: m(x))
+        models[name] = lambda m=model, x=x: m(x)
     for f in [numpy_mm, numpy_gemv, torch_conv, *models.values()]:
         for _ in range(10):
             f()
@@ -101,7 +108,7 @@ def measure(directory: str, rounds: int) -> dict:
 
 def table(results: dict[str, list[dict]]) -> str:
     """Ratios after / alone, median over the processes of each setting."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
 
     pairs = []
     for name in MODELS:

@@ -20,21 +20,52 @@ RNG = np.random.default_rng(0)
 # every distinct ResNet-50 convolution (v1.5: stride on the 3x3): (H=W, C, O, kernel, stride)
 RESNET50_CONVS = [
     (224, 3, 64, 7, 2),
-    (56, 64, 64, 1, 1), (56, 64, 64, 3, 1), (56, 64, 256, 1, 1), (56, 256, 64, 1, 1),
-    (56, 256, 128, 1, 1), (56, 128, 128, 3, 2), (28, 128, 512, 1, 1), (56, 256, 512, 1, 2), (28, 512, 128, 1, 1),
-    (28, 128, 128, 3, 1), (28, 512, 256, 1, 1), (28, 256, 256, 3, 2), (14, 256, 1024, 1, 1), (28, 512, 1024, 1, 2),
-    (14, 1024, 256, 1, 1), (14, 256, 256, 3, 1), (14, 1024, 512, 1, 1), (14, 512, 512, 3, 2), (7, 512, 2048, 1, 1),
-    (14, 1024, 2048, 1, 2), (7, 2048, 512, 1, 1), (7, 512, 512, 3, 1),
+    (56, 64, 64, 1, 1),
+    (56, 64, 64, 3, 1),
+    (56, 64, 256, 1, 1),
+    (56, 256, 64, 1, 1),
+    (56, 256, 128, 1, 1),
+    (56, 128, 128, 3, 2),
+    (28, 128, 512, 1, 1),
+    (56, 256, 512, 1, 2),
+    (28, 512, 128, 1, 1),
+    (28, 128, 128, 3, 1),
+    (28, 512, 256, 1, 1),
+    (28, 256, 256, 3, 2),
+    (14, 256, 1024, 1, 1),
+    (28, 512, 1024, 1, 2),
+    (14, 1024, 256, 1, 1),
+    (14, 256, 256, 3, 1),
+    (14, 1024, 512, 1, 1),
+    (14, 512, 512, 3, 2),
+    (7, 512, 2048, 1, 1),
+    (14, 1024, 2048, 1, 2),
+    (7, 2048, 512, 1, 1),
+    (7, 512, 512, 3, 1),
 ]
 # every distinct MobileNetV2 depthwise convolution: (H=W, C, stride)
 MOBILENET_DEPTHWISE = [
-    (112, 32, 1), (112, 96, 2), (56, 144, 1), (56, 144, 2), (28, 192, 1), (28, 192, 2),
-    (14, 384, 1), (14, 576, 1), (14, 576, 2), (7, 960, 1),
+    (112, 32, 1),
+    (112, 96, 2),
+    (56, 144, 1),
+    (56, 144, 2),
+    (28, 192, 1),
+    (28, 192, 2),
+    (14, 384, 1),
+    (14, 576, 1),
+    (14, 576, 2),
+    (7, 960, 1),
 ]
 # FC layers from batch 1 (GEMV) to 256 rows: BERT-base (seq 128), classifier heads: (M, K, N)
 DENSE_SHAPES = [
-    (1, 2048, 1000), (1, 768, 3072), (16, 768, 768), (128, 768, 768), (128, 768, 3072), (128, 3072, 768),
-    (256, 1024, 1000), (256, 768, 3072),
+    (1, 2048, 1000),
+    (1, 768, 3072),
+    (16, 768, 768),
+    (128, 768, 768),
+    (128, 768, 3072),
+    (128, 3072, 768),
+    (256, 1024, 1000),
+    (256, 768, 3072),
 ]
 
 CONV_IDS = [f"conv{k}x{k}/{s} {h}x{h}x{c}->{o}" for h, c, o, k, s in RESNET50_CONVS]
@@ -50,14 +81,18 @@ def _conv_case(h, c, o, k, stride, groups=1):
     """NHWC data, OHWI weights, as the module, and as PyTorch channels-last tensors."""
     x = RNG.standard_normal((1, h, h, c)).astype("float32")
     w = RNG.standard_normal((o, k, k, c // groups)).astype("float32")
-    mod = conv2d_module(x, w, True, strides=stride, padding=k // 2, groups=groups, data_layout="NHWC", kernel_layout="OHWI")
+    mod = conv2d_module(
+        x, w, True, strides=stride, padding=k // 2, groups=groups, data_layout="NHWC", kernel_layout="OHWI"
+    )
     xt, wt = torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2)
     assert xt.is_contiguous(memory_format=torch.channels_last)
     return x, mod, lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=k // 2, groups=groups)
 
 
 # (the _conv_case arguments, benchmark group = test id)
-CONV_CASES = list(zip(RESNET50_CONVS, CONV_IDS)) + [((h, c, c, 3, s, c), name) for (h, c, s), name in zip(MOBILENET_DEPTHWISE, DW_IDS)]
+CONV_CASES = list(zip(RESNET50_CONVS, CONV_IDS)) + [
+    ((h, c, c, 3, s, c), name) for (h, c, s), name in zip(MOBILENET_DEPTHWISE, DW_IDS)
+]
 DENSE_CASES = list(zip(DENSE_SHAPES, DENSE_IDS))
 
 

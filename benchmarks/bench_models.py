@@ -24,13 +24,13 @@ import time
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
 
-import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import isa, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
-
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 import tvm  # noqa: E402
+
+import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
+from accel_target.benchmark import isa, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
@@ -62,8 +62,11 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
         path_onnx = os.path.join(tmp, f"{name}.onnx")
         torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
-        runners = {"accel": run_accel, "PyTorch": run_torch,
-                   "ONNX Runtime": onnxruntime_runner(path_onnx, [x.numpy()], threads)}
+        runners = {
+            "accel": run_accel,
+            "PyTorch": run_torch,
+            "ONNX Runtime": onnxruntime_runner(path_onnx, [x.numpy()], threads),
+        }
         # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
         # falls on all of them alike; each gets the median of its rounds' medians
         rounds = {contender: [] for contender in runners}
@@ -74,7 +77,8 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
         # memory of both deployments: weights beside the library, and inside it
         separate = accel_target.build(mod, weights="separate")
         row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
-            [separate, executable], path_onnx, x.numpy(), threads, tmp)
+            [separate, executable], path_onnx, x.numpy(), threads, tmp
+        )
 
     if stock_tvm:
         row["stock TVM"] = median_ms(vm_runner(tvm.compile(mod, target="llvm"), [x.numpy()]), 2)
@@ -132,29 +136,47 @@ def peak_memory(executables: list, path_onnx: str, x: np.ndarray, threads: int, 
     peaks = []
     for runtime, model_path in runs + [("onnxruntime", path_onnx)]:
         env = dict(os.environ, TVM_NUM_THREADS=str(threads), **_DEPLOYED[runtime])
-        out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPTS[runtime], model_path, data, str(threads)],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPTS[runtime], model_path, data, str(threads)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         peaks.append(tuple(float(v) for v in out.stdout.split()[-2:]))
     return peaks
 
 
 def markdown(rows: list[dict], header: str) -> str:
     names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
-    lines = [header, "", "| model | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names[1:])
-             + " | accel compile s | peak MB accel / ORT (while running) | peak MB accel, weights in the .so | max rel error |",
-             "|---" * (2 * len(names) + 4) + "|"]
+    lines = [
+        header,
+        "",
+        "| model | "
+        + " | ".join(f"{n} ms" for n in names)
+        + " | "
+        + " | ".join(f"vs {n}" for n in names[1:])
+        + " | accel compile s | peak MB accel / ORT (while running)"
+        + " | peak MB accel, weights in the .so | max rel error |",
+        "|---" * (2 * len(names) + 4) + "|",
+    ]
     for r in rows:
         times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
         ratios = " | ".join(f"{r[n] / r['accel']:.2f}x" if n in r else "" for n in names[1:])
         (accel_peak, accel_run), (ort_peak, ort_run) = r["accel peak MB"], r["ONNX Runtime peak MB"]
         memory = f"{accel_peak:.0f} / {ort_peak:.0f} ({accel_run:.0f} / {ort_run:.0f})"
         embedded = "{:.0f} ({:.0f})".format(*r["accel embedded peak MB"])
-        lines.append(f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {memory} | {embedded} "
-                     f"| {r['max rel error']:.1e} |")
-    lines += ["", "'vs X' = X's median time / accel's (above 1: accel is faster). Peak MB: peak resident memory of a",
-              "fresh process that loads the model and runs it 5 times (accel: TVM's runtime library only, the library",
-              "and its weights file from build(weights=\"separate\"); last column: the library with the weights inside);",
-              "in brackets, the peak while running (after loading)."]
+        lines.append(
+            f"| {r['model']} | {times} | {ratios} | {r['accel compile s']:.1f} | {memory} | {embedded} "
+            f"| {r['max rel error']:.1e} |"
+        )
+    lines += [
+        "",
+        "'vs X' = X's median time / accel's (above 1: accel is faster). Peak MB: peak resident memory of a",
+        "fresh process that loads the model and runs it 5 times (accel: TVM's runtime library only, the library",
+        'and its weights file from build(weights="separate"); last column: the library with the weights inside);',
+        "in brackets, the peak while running (after loading).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -198,11 +220,16 @@ def main() -> None:
         # in a state that slowed the next model's accel runs by up to 1.3x
         print(f"[bench] {name}", file=sys.stderr, flush=True)
         command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat)]
-        out = subprocess.run(command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True)
+        out = subprocess.run(
+            command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    header = (f"{threads} threads for every contender; CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-              f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
-              f"medians of {args.repeat} runs")
+    header = (
+        f"{threads} threads for every contender; CPU {accel_target.machine()}; "
+        f"apache-tvm {tvm.__version__}, torch {torch.__version__}, "
+        f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
+        f"medians of {args.repeat} runs"
+    )
     text = markdown(rows, header)
     print(text)
     os.makedirs(RESULTS, exist_ok=True)

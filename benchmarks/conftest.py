@@ -30,6 +30,7 @@ def pytest_collection_modifyitems(items):
     """Run the contenders of one shape one after the other (accel, stock TVM, PyTorch or
     numpy), shape by shape: a noisy spell on this shared machine then falls on one shape's
     contenders alike, not on one contender's every shape."""
+
     def shape(item) -> str:
         return getattr(getattr(item, "callspec", None), "id", item.nodeid)
 
@@ -60,15 +61,29 @@ def ratio_table(benchmarks) -> str:
     groups = _median_ms(benchmarks)
     names = sorted({c for g in groups.values() for c in g} - {"accel"})
     lines = [
-        "| shape | accel ms | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"vs {n}" for n in names) + " |",
+        "| shape | accel ms | "
+        + " | ".join(f"{n} ms" for n in names)
+        + " | "
+        + " | ".join(f"vs {n}" for n in names)
+        + " |",
         "|---" * (2 + 2 * len(names)) + "|",
     ]
     for group, times in groups.items():
         accel = times.get("accel")
         cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
         ratios = [f"{times[n] / accel:.2f}x" if n in times and accel else "" for n in names]
-        lines.append(f"| {group} | {'' if accel is None else f'{accel:.3f}'} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
-    lines += ["", "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |", "|---" * (2 + len(names)) + "|"]
+        lines.append(
+            f"| {group} | {'' if accel is None else f'{accel:.3f}'} | "
+            + " | ".join(cells)
+            + " | "
+            + " | ".join(ratios)
+            + " |"
+        )
+    lines += [
+        "",
+        "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |",
+        "|---" * (2 + len(names)) + "|",
+    ]
     for family, members in families(groups).items():
         means = []
         for n in names:
@@ -120,7 +135,13 @@ def plot_speedups(benchmarks, path: str) -> None:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
     ax.set_ylabel("accel speed-up (log)")
-    ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(groups))], list(groups), rotation=70, ha="right", fontsize=6)
+    ax.set_xticks(
+        [x + width * (len(others) - 1) / 2 for x in range(len(groups))],
+        list(groups),
+        rotation=70,
+        ha="right",
+        fontsize=6,
+    )
     ax.set_title(machine_line(), fontsize=7)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -11,9 +11,14 @@ class Bottleneck(nn.Module):
         super().__init__()
         cout = width * 4
         self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout),
+            nn.Conv2d(cin, width, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
         )
         self.short = nn.Identity()
         if stride != 1 or cin != cout:
@@ -39,8 +44,11 @@ class InvertedResidual(nn.Module):
         hidden = cin * expand
         layers = [] if expand == 1 else [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
         layers += [
-            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
         ]
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
@@ -51,12 +59,26 @@ class InvertedResidual(nn.Module):
 
 def mobilenet_v2(classes=1000):
     layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()], 32
-    for expand, cout, repeats, stride in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+    for expand, cout, repeats, stride in [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]:
         for i in range(repeats):
             layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand))
             cin = cout
-    layers += [nn.Conv2d(320, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(),
-               nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, classes)]
+    layers += [
+        nn.Conv2d(320, 1280, 1, bias=False),
+        nn.BatchNorm2d(1280),
+        nn.ReLU6(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(1280, classes),
+    ]
     return nn.Sequential(*layers)
 
 

@@ -3,9 +3,10 @@
     python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
 Writes benchmarks/results/<isa>/{kernels,models}.{md,png} (<isa>: avx512, avx2 or
-sse, the host's widest vectors) and the results section of benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every
-contender (default: every core). `python benchmarks/run.py --readme` only
-regenerates that section from the results already there.
+sse, the host's widest vectors) and the results section of benchmarks/README.md;
+ACCEL_BENCH_THREADS sets the thread count for every contender (default: every core).
+`python benchmarks/run.py --readme` only regenerates that section from the results
+already there.
 """
 
 import os
@@ -49,7 +50,10 @@ def main() -> int:
     if sys.argv[1:] == ["--readme"]:
         write_readme()
         return 0
-    kernels = subprocess.run([sys.executable, "-m", "pytest", os.path.join(HERE, "bench_kernels.py"), "-q", "-p", "no:cacheprovider"], cwd=root)
+    kernels = subprocess.run(
+        [sys.executable, "-m", "pytest", os.path.join(HERE, "bench_kernels.py"), "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+    )
     models = subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), *sys.argv[1:]], cwd=root)
     write_readme()
     return kernels.returncode or models.returncode

@@ -63,7 +63,11 @@ def conv1d_nwc_owi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr
     kernel = pack_weight(bb, call.args[1], str(attrs.kernel_layout), "OWI", topi_accel.conv1d_kernel_pack_map(cfg))
     dtype = str(data.ty.dtype)
     out = kernel_call(
-        bb, topi_accel.conv1d_nwc_owi_func(geo, cfg, dtype), KERNEL, "conv1d_nwc_owi.accel", [data, kernel],
+        bb,
+        topi_accel.conv1d_nwc_owi_func(geo, cfg, dtype),
+        KERNEL,
+        "conv1d_nwc_owi.accel",
+        [data, kernel],
         relax.TensorType([geo.batch, geo.out_w, geo.out_c], dtype),
     )
     if str(attrs.out_layout) == "NWC":

@@ -58,7 +58,11 @@ def _nhwc_call(bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func,
         data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
     dtype = str(data.ty.dtype)
     out = kernel_call(
-        bb, func, name, f"{name}.accel", [data, make_kernel()],
+        bb,
+        func,
+        name,
+        f"{name}.accel",
+        [data, make_kernel()],
         relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
     )
     if str(attrs.out_layout) == "NHWC":
@@ -74,9 +78,12 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
     cfg = topi_accel.conv2d_config(geo)
     func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype))
     return _nhwc_call(
-        bb, call, geo,
+        bb,
+        call,
+        geo,
         lambda: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
-        func, "conv2d_nhwc_ohwi",
+        func,
+        "conv2d_nhwc_ohwi",
     )
 
 
@@ -99,4 +106,6 @@ def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     cfg = topi_accel.winograd_config(geo)
     ohwi = constant_array(call.args[1]).transpose(permutation(str(call.attrs.kernel_layout), "OHWI"))
     func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype))
-    return _nhwc_call(bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd")
+    return _nhwc_call(
+        bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd"
+    )

@@ -77,7 +77,7 @@ def _try(impl, bb: relax.BlockBuilder, call: relax.Call, inputs, failures: list)
         return (None, reason) if reason is not None else (impl.legalize(bb, call), None)
     except StrictModeError:
         raise
-    except Exception as err:  # pylint: disable=broad-except  (any failure: the next one, or TVM's kernel)
+    except Exception as err:  # any failure: the next one, or TVM's kernel
         decline(impl.name, _where(call, inputs), err)
         failures.append(err)
         return None, f"failed: {reason_of(err)}"
@@ -111,7 +111,10 @@ def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         skipped.append((impl.name, why))
     reason = "; ".join(f"{name}: {why}" for name, why in skipped)
     if is_strict():
-        raise StrictModeError(f"{call.op.name} on {', '.join(inputs)} has no accel kernel ({reason}); strict mode forbids the fallback to TVM's kernel")
+        raise StrictModeError(
+            f"{call.op.name} on {', '.join(inputs)} has no accel kernel ({reason}); "
+            "strict mode forbids the fallback to TVM's kernel"
+        )
     result = _fallback(bb, call, failures)
     record(Decision(call.op.name, None, reason, inputs, tuple(skipped)))
     _tag_funcs(bb, result, "accel.fallback", reason)

@@ -116,7 +116,7 @@ def select(call: relax.Call, target_keys) -> tuple[Implementation | None, list[t
     for impl in implementations(call.op.name, target_keys):
         try:
             reason = impl.condition(call)
-        except Exception as err:  # pylint: disable=broad-except  (a failing condition does not match)
+        except Exception as err:  # a failing condition does not match
             reason = f"failed: {reason_of(err)}"
         if reason is None:
             return impl, skipped
@@ -189,7 +189,8 @@ def decline(step: str, where: str, err: BaseException | str) -> Decline:
     found = Decline(step, where, err if isinstance(err, str) else reason_of(err))
     if is_strict():
         raise StrictModeError(f"{found}; strict mode forbids leaving it as it was") from (
-            None if isinstance(err, str) else err)
+            None if isinstance(err, str) else err
+        )
     _LOGGER.warning("%s (left as it was)", found)
     for log in _DECLINES.get():
         log.append(found)
@@ -203,6 +204,6 @@ def attempt(step: str, where: str, fn: Callable, *args, default=None):
         return fn(*args)
     except StrictModeError:
         raise
-    except Exception as err:  # pylint: disable=broad-except  (any failure leaves it as it was)
+    except Exception as err:  # any failure leaves it as it was
         decline(step, where, err)
         return default

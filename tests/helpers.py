@@ -30,7 +30,7 @@ _FLAGS = {"avx512f": "avx512f", "avx2": "avx2", "fma": "fma", "avx": "avx"}
 
 def _host_flags() -> set[str]:
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-        line = next((l for l in cpuinfo if l.startswith("flags")), "")
+        line = next((row for row in cpuinfo if row.startswith("flags")), "")
     return set(line.split(":", 1)[-1].split())
 
 

@@ -61,7 +61,10 @@ def test_target_without_llvm_kind_is_rejected():
 # Through tvm.compile: Relax checks most of it when the graph is built; the
 # strategy checks the rest. Either way a ValueError that says what is wrong.
 MODEL_CASES = [
-    (lambda: conv2d_module(rand(1, 8, 8, 8), rand(4, 3, 3, 3), True), ["channel size", "data channel size is T.int64(8)"]),
+    (
+        lambda: conv2d_module(rand(1, 8, 8, 8), rand(4, 3, 3, 3), True),
+        ["channel size", "data channel size is T.int64(8)"],
+    ),
     (lambda: conv2d_module(rand(1, 6, 8, 8), rand(4, 2, 3, 3), True, groups=4), ["channel size", "groups"]),
     (lambda: conv2d_module(rand(1, 8, 8), rand(4, 8, 3, 3), True), ["relax.nn.conv2d"]),
     (lambda: conv2d_module(rand(1, 8, 8, 8), rand(4, 8, 3, 3), True, data_layout="NCWX"), ["relax.nn.conv2d"]),

@@ -89,7 +89,9 @@ def test_load_errors(separate, tmp_path):
     with pytest.raises(FileNotFoundError, match="library .*nothere.so' does not exist"):
         accel_target.load(tmp_path / "nothere.so")
     accel_target.save(separate, tmp_path / "m.so")
-    tvm.runtime.save_param_dict_to_file({"conv.weight": tvm.runtime.tensor(np.zeros(3, "float32"))}, str(tmp_path / "m.so.params"))
+    tvm.runtime.save_param_dict_to_file(
+        {"conv.weight": tvm.runtime.tensor(np.zeros(3, "float32"))}, str(tmp_path / "m.so.params")
+    )
     with pytest.raises(ValueError, match="holds conv.weight; expected the weights w0..w0"):
         accel_target.load(tmp_path / "m.so")
 

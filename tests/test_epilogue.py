@@ -41,7 +41,12 @@ class DenseEpilogue(nn.Module):
 
     def forward(self, x):
         y = self.fc(x)
-        return {"bias": y, "gelu": nn.functional.gelu(y), "relu": torch.relu(y), "residual": y + x.sum(-1, keepdim=True)}[self.kind]
+        return {
+            "bias": y,
+            "gelu": nn.functional.gelu(y),
+            "relu": torch.relu(y),
+            "residual": y + x.sum(-1, keepdim=True),
+        }[self.kind]
 
 
 def _check(model, x, accel_kernels):
@@ -109,7 +114,8 @@ def test_dense_on_rows_of_several_axes_fuses_bias_and_residual(shape):
     x, w, b = rand(*shape), rand(32, 32), rand(32)
     mod = single_op_module(
         lambda data, weight, bias: relax.op.add(relax.op.add(relax.op.matmul(data, weight), bias), data),
-        {"data": x}, {"weight": w, "bias": b},
+        {"data": x},
+        {"weight": w, "bias": b},
     )
     executable = accel_target.build(mod)
     assert_close(run_executable(executable, x), x @ w + b + x)
@@ -126,7 +132,8 @@ def test_attention_scale_is_fused_into_batch_matmul():
     q, k = rand(1, 12, 16, 8), rand(1, 12, 8, 16)
     mod = single_op_module(
         lambda q, k: relax.op.nn.softmax(relax.op.divide(relax.op.matmul(q, k), relax.const(8.0, "float32"))),
-        {"q": q, "k": k}, {},
+        {"q": q, "k": k},
+        {},
     )
     executable = accel_target.build(mod)
     scores = q @ k / 8
@@ -181,7 +188,7 @@ def test_a_broadcasting_consumer_stays_out_of_the_write_back():
 
 
 def test_reads_elementwise_tells_a_broadcast_from_an_elementwise_read():
-    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+    from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
     def func(a: T.Buffer((4, 1), "float32"), b: T.Buffer((4, 8), "float32"), out: T.Buffer((4, 8), "float32")):

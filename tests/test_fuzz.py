@@ -39,11 +39,21 @@ def conv2d_cases(draw):
     assume(h + padding[0] + padding[2] >= dilation[0] * (kh - 1) + 1)
     assume(w + padding[1] + padding[3] >= dilation[1] * (kw - 1) + 1)
     return dict(
-        n=draw(st.integers(1, 2)), c=c, h=h, w=w, o=o, kh=kh, kw=kw, groups=groups,
-        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))), padding=padding, dilation=dilation,
+        n=draw(st.integers(1, 2)),
+        c=c,
+        h=h,
+        w=w,
+        o=o,
+        kh=kh,
+        kw=kw,
+        groups=groups,
+        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+        padding=padding,
+        dilation=dilation,
         data_layout=draw(st.sampled_from(["NCHW", "NHWC"])),
         kernel_layout=draw(st.sampled_from(["OIHW", "OHWI", "HWIO"])),
-        const_weight=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+        const_weight=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)),
     )
 
 
@@ -55,14 +65,24 @@ def test_fuzz_conv2d(case):
     wt = rng.standard_normal((case["o"], case["c"] // case["groups"], case["kh"], case["kw"])).astype("float32")
     pt, pl, pb, pr = case["padding"]
     ref = torch.nn.functional.conv2d(
-        torch.nn.functional.pad(torch.from_numpy(x), (pl, pr, pt, pb)), torch.from_numpy(wt),
-        stride=case["strides"], dilation=case["dilation"], groups=case["groups"],
+        torch.nn.functional.pad(torch.from_numpy(x), (pl, pr, pt, pb)),
+        torch.from_numpy(wt),
+        stride=case["strides"],
+        dilation=case["dilation"],
+        groups=case["groups"],
     ).numpy()
     dl, kl = case["data_layout"], case["kernel_layout"]
     xl, wl = _layout(x, "NCHW", dl), _layout(wt, "OIHW", kl)
     mod = conv2d_module(
-        xl, wl, case["const_weight"], strides=case["strides"], padding=case["padding"],
-        dilation=case["dilation"], groups=case["groups"], data_layout=dl, kernel_layout=kl,
+        xl,
+        wl,
+        case["const_weight"],
+        strides=case["strides"],
+        padding=case["padding"],
+        dilation=case["dilation"],
+        groups=case["groups"],
+        data_layout=dl,
+        kernel_layout=kl,
     )
     with accel_target.recording() as log:
         out = run_relax(mod, [xl] if case["const_weight"] else [xl, wl])

@@ -9,7 +9,6 @@ import contextlib
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import tvm
@@ -55,7 +54,9 @@ def guide():
 def torch_max_pool2d_nhwc(x, pool_size, strides, padding, dilation, ceil_mode=False):
     """PyTorch's max_pool2d on the NCHW view; padding (top, left, bottom, right) with -inf."""
     top, left, bottom, right = padding
-    x_nchw = torch.nn.functional.pad(torch.from_numpy(x).permute(0, 3, 1, 2), (left, right, top, bottom), value=float("-inf"))
+    x_nchw = torch.nn.functional.pad(
+        torch.from_numpy(x).permute(0, 3, 1, 2), (left, right, top, bottom), value=float("-inf")
+    )
     out = torch.nn.functional.max_pool2d(x_nchw, pool_size, strides, 0, dilation, ceil_mode=ceil_mode)
     return out.permute(0, 2, 3, 1).numpy()
 
@@ -90,7 +91,9 @@ class TestGuide:
     @pytest.mark.parametrize("shape, pool_size, strides, padding, dilation", CASES)
     def test_max_pool2d_nhwc_matches_torch(self, guide, shape, pool_size, strides, padding, dilation):
         x = rand(*shape)
-        mod = guide["max_pool2d_module"](shape, pool_size=pool_size, strides=strides, padding=padding, dilation=dilation)
+        mod = guide["max_pool2d_module"](
+            shape, pool_size=pool_size, strides=strides, padding=padding, dilation=dilation
+        )
         with accel_target.recording() as log:
             out = guide["run"](mod, x, "accel_guide")
         assert [d.implementation for d in log] == [IMPL]
@@ -142,7 +145,6 @@ class TestGuide:
             with accel_target.recording() as log:
                 guide["run"](conv2d_module(xc, w, True), xc, target)
             assert [d.implementation for d in log] == ["conv2d_nhwc_ohwi.accel"]
-
 
     def test_accel_build_works_while_the_guide_kernel_is_registered(self, guide):
         x = rand(1, 8, 8, 4)

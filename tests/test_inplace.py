@@ -56,8 +56,11 @@ def test_a_shortcut_read_later_is_not_overwritten():
     # (were s overwritten by the first, the second would add the first's output instead)
     model, x = Block(twice=True), torch.randn(1, 24, 10, 12)
     optimized, executable = _build(model, x)
-    residual = [c for c in calls_of(optimized, ("relax.call_tir", "relax.call_tir_inplace"))
-                if "conv2d" in c.args[0].name_hint and "add" in c.args[0].name_hint and len(c.args[1].fields) >= 4]
+    residual = [
+        c
+        for c in calls_of(optimized, ("relax.call_tir", "relax.call_tir_inplace"))
+        if "conv2d" in c.args[0].name_hint and "add" in c.args[0].name_hint and len(c.args[1].fields) >= 4
+    ]
     assert [c.op.name for c in residual] == ["relax.call_tir", "relax.call_tir_inplace"]
     assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
 
@@ -75,7 +78,11 @@ def test_a_view_of_a_tensor_read_later_is_not_overwritten():
 
     model, x = Views().eval(), torch.randn(2, 16, 32)
     optimized, executable = _build(model, x)
-    dense = [c.op.name for c in calls_of(optimized, ("relax.call_tir", "relax.call_tir_inplace")) if "dense_kn" in c.args[0].name_hint]
+    dense = [
+        c.op.name
+        for c in calls_of(optimized, ("relax.call_tir", "relax.call_tir_inplace"))
+        if "dense_kn" in c.args[0].name_hint
+    ]
     # the first writing over its view would overwrite z, which the second reads
     assert dense == ["relax.call_tir", "relax.call_tir_inplace"]
     assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())

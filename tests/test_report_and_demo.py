@@ -14,7 +14,10 @@ def test_runtime_kernels_counts_transforms_by_kind():
     runtime_w = runtime_kernels(tvm.compile(conv2d_module(x, w, False), target="accel"))
     assert runtime_w.accel == 1 and runtime_w.activation_transforms == 2 and runtime_w.weight_transforms == 1
     assert [c.rstrip("0123456789") for c in runtime_w.calls] == [
-        "transpose", "weight_layout_transform", "conv2d_nhwc_ohwi", "transpose"
+        "transpose",
+        "weight_layout_transform",
+        "conv2d_nhwc_ohwi",
+        "transpose",
     ]
     const_w = runtime_kernels(tvm.compile(conv2d_module(x, w, True), target="accel"))
     assert const_w.weight_transforms == 0 and const_w.activation_transforms == 2

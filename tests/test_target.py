@@ -11,8 +11,8 @@ from tvm import relax
 from tvm.target import codegen
 
 import accel_target
-from accel_target import target as target_module
 import topi_accel
+from accel_target import target as target_module
 from tests.helpers import ISAS, assert_close, matmul_module, rand, run_relax, runs_here, single_op_module
 
 
@@ -71,7 +71,9 @@ def test_single_core_variant_keeps_whole_models_serial():
     # conv2d -> max_pool2d: neither the accel kernel nor TVM's pool gets a parallel loop, and the
     # conv keeps its padded copy (the TVM-kernel schedule must not take it for one of its own)
     x, w = rand(1, 3, 16, 16), rand(8, 3, 3, 3)
-    mod = single_op_module(lambda x, w: relax.op.nn.max_pool2d(relax.op.nn.conv2d(x, w, padding=1), 2, 2), {"x": x}, {"w": w})
+    mod = single_op_module(
+        lambda x, w: relax.op.nn.max_pool2d(relax.op.nn.conv2d(x, w, padding=1), 2, 2), {"x": x}, {"w": w}
+    )
     text = accel_target.optimize(mod, target={"tag": "accel", "num-cores": 1}).script()
     assert "T.parallel" not in text and "conv2d_nhwc_ohwi_pad" in text
 
@@ -109,8 +111,23 @@ CPU_LEVEL_CASES = [
     (set(), "x86-64"),
     ({"sse4_1", "sse4_2", "ssse3", "popcnt"}, "x86-64-v2"),
     ({"sse4_1", "sse4_2", "ssse3", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}, "x86-64-v3"),
-    ({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
-     "x86-64-v4"),
+    (
+        {
+            "avx",
+            "avx2",
+            "fma",
+            "bmi1",
+            "bmi2",
+            "f16c",
+            "movbe",
+            "avx512f",
+            "avx512bw",
+            "avx512cd",
+            "avx512dq",
+            "avx512vl",
+        },
+        "x86-64-v4",
+    ),
     ({"avx", "fma"}, "x86-64"),  # AVX without AVX2: no level above the baseline
 ]
 

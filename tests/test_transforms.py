@@ -18,7 +18,8 @@ from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_
 def _ops(mod):
     names = []
     relax.analysis.post_order_visit(
-        mod["main"], lambda e: names.append(e.op.name) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None
+        mod["main"],
+        lambda e: names.append(e.op.name) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None,
     )
     return names
 
@@ -34,7 +35,10 @@ def test_inverse_permutes_cancel():
     x = rand(2, 3, 4, 5)
     _check(
         lambda x: relax.op.nn.relu(relax.op.permute_dims(relax.op.permute_dims(x, [0, 2, 3, 1]), [0, 3, 1, 2])),
-        {"x": x}, {}, np.maximum(x, 0), ["relax.nn.relu"],
+        {"x": x},
+        {},
+        np.maximum(x, 0),
+        ["relax.nn.relu"],
     )
 
 
@@ -42,7 +46,10 @@ def test_permute_chain_becomes_one_permute():
     x = rand(2, 3, 4, 5)
     _check(
         lambda x: relax.op.permute_dims(relax.op.permute_dims(x, [0, 2, 3, 1]), [0, 2, 1, 3]),
-        {"x": x}, {}, x.transpose(0, 2, 3, 1).transpose(0, 2, 1, 3), ["relax.permute_dims"],
+        {"x": x},
+        {},
+        x.transpose(0, 2, 3, 1).transpose(0, 2, 1, 3),
+        ["relax.permute_dims"],
     )
 
 
@@ -56,7 +63,10 @@ def test_flatten_before_dense_moves_into_the_weight_rows():
     nchw_flat = x.transpose(0, 3, 1, 2).reshape(2, 60)
     _check(
         lambda x, w: relax.op.matmul(relax.op.reshape(relax.op.permute_dims(x, [0, 3, 1, 2]), [2, 60]), w),
-        {"x": x}, {"w": w}, nchw_flat @ w, ["relax.reshape", "relax.matmul"],
+        {"x": x},
+        {"w": w},
+        nchw_flat @ w,
+        ["relax.reshape", "relax.matmul"],
     )
 
 
@@ -71,10 +81,11 @@ def test_zero_pad_is_absorbed_into_conv(value, absorbed):
     padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), constant_values=value)
     ref = torch.nn.functional.conv2d(torch.from_numpy(padded), torch.from_numpy(w), padding=1).numpy()
     _check(
-        lambda x, w: relax.op.nn.conv2d(
-            relax.op.nn.pad(x, [0, 0, 0, 0, 1, 2, 2, 0], pad_value=value), w, padding=1
-        ),
-        {"x": x}, {"w": w}, ref, ["relax.nn.conv2d"] if absorbed else ["relax.nn.pad", "relax.nn.conv2d"],
+        lambda x, w: relax.op.nn.conv2d(relax.op.nn.pad(x, [0, 0, 0, 0, 1, 2, 2, 0], pad_value=value), w, padding=1),
+        {"x": x},
+        {"w": w},
+        ref,
+        ["relax.nn.conv2d"] if absorbed else ["relax.nn.pad", "relax.nn.conv2d"],
     )
 
 
@@ -86,10 +97,14 @@ def _conv_pad_pool(value=0.0, mode="constant"):
     ref = torch.nn.functional.avg_pool2d(padded, 2).numpy()
     mod = single_op_module(
         lambda x, w: relax.op.nn.avg_pool2d(
-            relax.op.nn.pad(relax.op.nn.conv2d(x, w, padding=1), [0, 0, 0, 0, 1, 1, 2, 0], pad_mode=mode, pad_value=value),
-            2, 2,
+            relax.op.nn.pad(
+                relax.op.nn.conv2d(x, w, padding=1), [0, 0, 0, 0, 1, 1, 2, 0], pad_mode=mode, pad_value=value
+            ),
+            2,
+            2,
         ),
-        {"x": x}, {"w": w},
+        {"x": x},
+        {"w": w},
     )
     return mod, x, ref
 
@@ -120,7 +135,10 @@ def test_identity_depthwise_conv_becomes_a_pad():
     x = rand(1, 3, 4, 5)
     _check(
         lambda x, w: relax.op.nn.conv2d(x, w, padding=[1, 0, 2, 3], groups=3),
-        {"x": x}, {"w": np.ones((3, 1, 1, 1), "float32")}, np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 3))), ["relax.nn.pad"],
+        {"x": x},
+        {"w": np.ones((3, 1, 1, 1), "float32")},
+        np.pad(x, ((0, 0), (0, 0), (1, 2), (0, 3))),
+        ["relax.nn.pad"],
     )
 
 
@@ -128,7 +146,10 @@ def test_broadcast_weight_of_3d_linear_is_unbroadcast():
     x, w = rand(4, 2, 8), rand(8, 5)
     _check(
         lambda x, w: relax.op.matmul(x, relax.op.broadcast_to(w, [4, 8, 5])),
-        {"x": x}, {"w": w}, x @ w, ["relax.matmul"],
+        {"x": x},
+        {"w": w},
+        x @ w,
+        ["relax.matmul"],
     )
 
 
@@ -139,7 +160,8 @@ def test_numpy_folding_matches_tvm_folding():
             relax.op.nn.conv2d(x, relax.op.multiply(w, relax.op.reshape(relax.op.sqrt(s), [4, 1, 1, 1]))),
             relax.op.reshape(relax.op.subtract(t, s), [1, 4, 1, 1]),
         ),
-        {"x": rand(1, 3, 8, 8)}, {"w": w, "s": np.abs(scale), "t": shift},
+        {"x": rand(1, 3, 8, 8)},
+        {"w": w, "s": np.abs(scale), "t": shift},
     )
     ours = relax.transform.DeadCodeElimination()(FoldConstantNumpy()(mod))
     theirs = relax.transform.DeadCodeElimination()(relax.transform.FoldConstant()(mod))
@@ -147,7 +169,12 @@ def test_numpy_folding_matches_tvm_folding():
     consts = [[], []]
     for out, folded in zip(consts, (ours, theirs)):
         relax.analysis.post_order_visit(
-            folded["main"], lambda e, out=out: out.append(constant_array(e)) if isinstance(e, tvm.ir.expr.Constant) and isinstance(e.ty, relax.TensorType) else None
+            folded["main"],
+            lambda e, out=out: (
+                out.append(constant_array(e))
+                if isinstance(e, tvm.ir.expr.Constant) and isinstance(e.ty, relax.TensorType)
+                else None
+            ),
         )
     assert len(consts[0]) == len(consts[1]) == 2
     for a, b in zip(*consts):
@@ -166,7 +193,10 @@ def test_activation_of_reshape_moves_before_it():
     y = rand(6, 8)
     _check(
         lambda y: relax.op.nn.gelu(relax.op.reshape(y, [2, 3, 8])),
-        {"y": y}, {}, (torch_gelu(y)).reshape(2, 3, 8), ["relax.nn.gelu", "relax.reshape"],
+        {"y": y},
+        {},
+        (torch_gelu(y)).reshape(2, 3, 8),
+        ["relax.nn.gelu", "relax.reshape"],
     )
 
 
@@ -207,7 +237,9 @@ def test_parallelize_keeps_a_short_innermost_run_out_of_the_parallel_loop():
 def test_parallelize_pools_window_outside_the_channels(kind):
     a = rand(1, 20, 18, 32)
     x = te.placeholder(a.shape)
-    func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), kind, layout="NHWC")]))
+    func = topi_accel.parallelize(
+        te.create_prim_func([x, topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), kind, layout="NHWC")])
+    )
     text = func.script()
     assert "pad_temp" not in text  # the pad is inlined, not a padded copy
     assert "T.parallel" in text and "T.vectorized(32)" in text  # rows parallel, channels innermost
@@ -252,10 +284,15 @@ def test_pad_between_inverse_permutes_is_padded_in_place(mode, value):
     ref = np.pad(nchw, widths, mode=np_mode, **kwargs).transpose(0, 2, 3, 1)
     _check(
         lambda x: relax.op.permute_dims(
-            relax.op.nn.pad(relax.op.permute_dims(x, [0, 3, 1, 2]), [0, 0, 0, 0, 1, 2, 2, 1], pad_mode=mode, pad_value=value),
+            relax.op.nn.pad(
+                relax.op.permute_dims(x, [0, 3, 1, 2]), [0, 0, 0, 0, 1, 2, 2, 1], pad_mode=mode, pad_value=value
+            ),
             [0, 2, 3, 1],
         ),
-        {"x": x}, {}, ref, ["relax.nn.pad"],
+        {"x": x},
+        {},
+        ref,
+        ["relax.nn.pad"],
     )
 
 
@@ -268,7 +305,10 @@ def test_takes_between_inverse_permutes_are_done_in_place():
         lambda x, r, c: relax.op.permute_dims(
             relax.op.take(relax.op.take(relax.op.permute_dims(x, [0, 3, 1, 2]), r, axis=2), c, axis=3), [0, 2, 3, 1]
         ),
-        {"x": x}, {"r": rows, "c": cols}, ref, ["relax.take", "relax.take"],
+        {"x": x},
+        {"r": rows, "c": cols},
+        ref,
+        ["relax.take", "relax.take"],
     )
 
 
@@ -319,6 +359,10 @@ def test_an_elementwise_op_of_two_permuted_tensors_permutes_once():
     to_nchw, to_nhwc = [0, 3, 1, 2], [0, 2, 3, 1]
     _check(
         lambda a, b: relax.op.permute_dims(
-            relax.op.add(relax.op.permute_dims(a, to_nchw), relax.op.permute_dims(b, to_nchw)), to_nhwc),
-        {"a": a, "b": b}, {}, a + b, ["relax.add"],
+            relax.op.add(relax.op.permute_dims(a, to_nchw), relax.op.permute_dims(b, to_nchw)), to_nhwc
+        ),
+        {"a": a, "b": b},
+        {},
+        a + b,
+        ["relax.add"],
     )

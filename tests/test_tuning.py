@@ -31,13 +31,16 @@ def test_every_candidate_config_is_correct(shape):
     assert len({(c.oc_block, c.ow_block) for c in candidates}) >= 2
     ref = conv2d_reference(x, w, geo.stride, geo.pad, geo.dilation, groups)
     for cfg in candidates:
-        out = run_primfunc(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, pack(w, topi_accel.kernel_pack_map(cfg))],
-                           ref.shape, target)
+        out = run_primfunc(
+            topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, pack(w, topi_accel.kernel_pack_map(cfg))], ref.shape, target
+        )
         assert_close(out, ref)
 
 
 def test_tune_writes_database_that_build_uses(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(24, 24, 3, groups=24)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(24, 24, 3, groups=24)
+    ).eval()
     x = torch.randn(1, 3, 12, 12)
     mod = accel_target.from_torch(model, (x,))
     db_path = tmp_path / "tuning.json"
@@ -50,7 +53,13 @@ def test_tune_writes_database_that_build_uses(tmp_path):
     key = next(k for k in entries if json.loads(k)["groups"] == 1)
     entries[key]["config"].update(oc_block=16, ow_block=3, channels_outer=False)
     db_path.write_text(json.dumps(entries))
-    geo = topi_accel.Conv2DGeometry(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(key).items() if k in topi_accel.Conv2DGeometry.__dataclass_fields__})
+    geo = topi_accel.Conv2DGeometry(
+        **{
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in json.loads(key).items()
+            if k in topi_accel.Conv2DGeometry.__dataclass_fields__
+        }
+    )
     with tvm.target.Target("accel"), topi_accel.tuning.using(topi_accel.tuning.TuningDB(db_path)):
         assert topi_accel.conv2d_config(geo).ow_block == 3
     with tvm.target.Target("accel"):

@@ -3,6 +3,15 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
+from . import tuning
+from .conv1d import (
+    conv1d_config,
+    conv1d_geometry,
+    conv1d_kernel_pack_map,
+    conv1d_nwc_owi,
+    conv1d_nwc_owi_func,
+    schedule_conv1d_nwc_owi,
+)
 from .conv2d import (
     Conv2DConfig,
     Conv2DGeometry,
@@ -16,19 +25,6 @@ from .conv2d import (
     schedule_conv2d_nhwc_ohwi,
     tune_conv2d,
 )
-from .conv1d import (
-    conv1d_config,
-    conv1d_geometry,
-    conv1d_kernel_pack_map,
-    conv1d_nwc_owi,
-    conv1d_nwc_owi_func,
-    schedule_conv1d_nwc_owi,
-)
-from .epilogue import contains_accel_kernel, inline_epilogue
-from .generic import parallelize
-from .workshare import claim_iterations
-from .prefetch import insert_prefetches
-from . import tuning
 from .dense import (
     DenseConfig,
     batch_matmul_config,
@@ -41,7 +37,10 @@ from .dense import (
     schedule_dense_kn,
     weight_pack_map,
 )
+from .epilogue import contains_accel_kernel, inline_epilogue
+from .generic import parallelize
 from .knobs import CPUKnobs, cpu_knobs
+from .prefetch import insert_prefetches
 from .winograd import (
     WinogradConfig,
     conv2d_winograd,
@@ -51,6 +50,7 @@ from .winograd import (
     winograd_condition,
     winograd_config,
 )
+from .workshare import claim_iterations
 
 __all__ = [
     "batch_matmul_config",

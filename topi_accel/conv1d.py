@@ -101,8 +101,9 @@ def conv1d_kernel_pack_map(cfg: Conv2DConfig) -> IndexMap:
 def _drop_unit_h(sch: s_tir.Schedule, block: str, buffer: str, h_axis: int, extent: int) -> None:
     """Remove the size-1 axis `h_axis` of `buffer` (a parameter): row-major, index h * extent + w."""
     sch.transform_layout(
-        block, buffer,
-        lambda *axes: [*axes[:h_axis], axes[h_axis] * extent + axes[h_axis + 1], *axes[h_axis + 2:]],
+        block,
+        buffer,
+        lambda *axes: [*axes[:h_axis], axes[h_axis] * extent + axes[h_axis + 1], *axes[h_axis + 2 :]],
     )
 
 
@@ -143,7 +144,8 @@ def conv1d_nwc_owi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "fl
     data = te.placeholder((geo.batch, 1, geo.in_w, geo.in_c), dtype, name="data")
     kernel = te.placeholder(
         (packed_out_channels(geo, cfg) // cfg.oc_block, 1, geo.kw, geo.in_c // geo.groups, cfg.oc_block),
-        dtype, name="packed_kernel",
+        dtype,
+        name="packed_kernel",
     )
     out = conv1d_nwc_owi(data, kernel, geo, cfg)
     return schedule_conv1d_nwc_owi(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)

@@ -122,7 +122,9 @@ def conv2d_geometry(
     if str(dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"conv2d_nhwc_ohwi: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
     if len(data_shape) != 4:
-        raise ValueError(f"conv2d_nhwc_ohwi: data has rank {len(data_shape)} (shape {list(data_shape)}); expected 4-D NHWC")
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: data has rank {len(data_shape)} (shape {list(data_shape)}); expected 4-D NHWC"
+        )
     if len(kernel_shape) != 4:
         raise ValueError(
             f"conv2d_nhwc_ohwi: kernel has rank {len(kernel_shape)} (shape {list(kernel_shape)}); expected 4-D OHWI"
@@ -139,8 +141,9 @@ def conv2d_geometry(
             f"conv2d_nhwc_ohwi: kernel in_channels {cg} x groups {groups} != data channels {c} "
             f"(data {list(data_shape)}, kernel {list(kernel_shape)})"
         )
-    geo = Conv2DGeometry(n, h, w, c, o, kh, kw, _pair(strides, "strides"), _padding(padding),
-                         _pair(dilation, "dilation"), groups)
+    geo = Conv2DGeometry(
+        n, h, w, c, o, kh, kw, _pair(strides, "strides"), _padding(padding), _pair(dilation, "dilation"), groups
+    )
     if geo.out_h < 1 or geo.out_w < 1:
         raise ValueError(
             f"conv2d_nhwc_ohwi: output size {geo.out_h}x{geo.out_w} is empty for input {h}x{w}, "
@@ -175,8 +178,14 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
     vectors = max(oc_block // knobs.lanes, 1)
     ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
     outer = _channels_outer(geo)
-    return Conv2DConfig(oc_block=oc_block, ow_block=ow_block, lanes=knobs.lanes, parallel=knobs.parallel,
-                        channels_outer=outer, columns_parallel=_columns_parallel(geo, oc_block, outer, knobs))
+    return Conv2DConfig(
+        oc_block=oc_block,
+        ow_block=ow_block,
+        lanes=knobs.lanes,
+        parallel=knobs.parallel,
+        channels_outer=outer,
+        columns_parallel=_columns_parallel(geo, oc_block, outer, knobs),
+    )
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
@@ -366,7 +375,7 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
 
 def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5, limit: int | None = None):
     """(fastest config, its ms) among `conv2d_candidates`, timed on random data."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
 
     rng = np.random.default_rng(0)
     data = rng.standard_normal((geo.batch, geo.in_h, geo.in_w, geo.in_c)).astype("float32")
@@ -377,9 +386,11 @@ def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5,
     out_t = tvm.runtime.tensor(np.zeros((geo.batch, geo.out_h, geo.out_w, geo.out_c), "float32"))
     best, best_ms = None, float("inf")
     for cfg in candidates:
-        kernel = tvm.runtime.tensor(rng.standard_normal(
-            (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
-        ).astype("float32"))
+        kernel = tvm.runtime.tensor(
+            rng.standard_normal(
+                (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
+            ).astype("float32")
+        )
         func = conv2d_nhwc_ohwi_func(geo, cfg)
         func = insert_prefetches(func) or func  # as the build runs it
         func = claim_iterations(func, cpu_knobs(target).cores) or func  # (if parallel)

@@ -52,7 +52,8 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=Non
         raise ValueError(f"dense_kn: data has rank {len(data_shape)} (shape {list(data_shape)}); expected 2-D [M, K]")
     if len(weight_shape) != 2:
         raise ValueError(
-            f"dense_kn: weight has rank {len(weight_shape)} (shape {list(weight_shape)}); expected 2-D [K, N] ([in, out])"
+            f"dense_kn: weight has rank {len(weight_shape)} (shape {list(weight_shape)}); "
+            "expected 2-D [K, N] ([in, out])"
         )
     m, k = (int(v) for v in data_shape)
     k2, n = (int(v) for v in weight_shape)
@@ -98,7 +99,9 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     acc = te.compute(
         (round_up(m, mb), round_up(n, nb)),
         # rows past M (tail tile) re-read the last row; the write-back drops them
-        lambda i, j: te.sum(data[(*unravel_index(tirx.min(i, m - 1), rows), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk),
+        lambda i, j: te.sum(
+            data[(*unravel_index(tirx.min(i, m - 1), rows), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk
+        ),
         name="dense_kn_acc",
     )
     if bias is None:
@@ -117,7 +120,9 @@ def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.Pri
     return schedule_matmul(func, "dense_kn", n, cfg, prefetch_weights=True)
 
 
-def schedule_matmul(func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig, prefetch_weights: bool = False) -> tirx.PrimFunc:
+def schedule_matmul(
+    func: tirx.PrimFunc, name: str, n: int, cfg: DenseConfig, prefetch_weights: bool = False
+) -> tirx.PrimFunc:
     """Register-tile `name`_acc (loops [batch,] i, j, k) and write back `name` from registers.
 
     prefetch_weights: the second operand is packed ([batch,] N/nb, K, nb), so its column
@@ -163,7 +168,9 @@ def dense_kn_func(
 def batch_matmul_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
     """Tiles for [B, m, K] x [B, K, n] with an unpacked right operand: n_block divides n."""
     knobs = cpu_knobs(target)
-    n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(n, 2 * knobs.lanes)
+    n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(
+        n, 2 * knobs.lanes
+    )
     rows = max(knobs.accumulators // max(n_block // knobs.lanes, 1), 1)
     return DenseConfig(m_block=pick_block(m, min(rows, 8)), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
 
@@ -193,7 +200,9 @@ def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple[i
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def batch_matmul_kn_func(batch: int | tuple[int, ...], m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
+def batch_matmul_kn_func(
+    batch: int | tuple[int, ...], m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"
+):
     """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape."""
     batch = (batch,) if isinstance(batch, int) else tuple(batch)
     bs = math.prod(batch)

@@ -58,15 +58,17 @@ def _is_pad(block: s_tir.SBlock) -> bool:
     body = block.body
     value = body.value if isinstance(body, tirx.BufferStore) else None
     return (
-        isinstance(value, ir.Call) and value.op.same_as(_IF_THEN_ELSE)
-        and isinstance(value.args[1], ir.expr.TensorLoad) and isinstance(value.args[2], (tirx.FloatImm, tirx.IntImm))
+        isinstance(value, ir.Call)
+        and value.op.same_as(_IF_THEN_ELSE)
+        and isinstance(value.args[1], ir.expr.TensorLoad)
+        and isinstance(value.args[2], (tirx.FloatImm, tirx.IntImm))
     )
 
 
 def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int]) -> bool:
     """Run a small reduction window (`block` reduces) outside the innermost spatial loop;
     whether it did."""
-    reduction = sch.get_loops(block)[len(spatial):]
+    reduction = sch.get_loops(block)[len(spatial) :]
     window = _extent(sch, reduction)
     if window > MAX_WINDOW or extents[-1] < VECTOR_RUN or math.prod(extents[:-1]) < 2:
         return False  # (a global pool keeps its channels parallel instead)
@@ -130,7 +132,11 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     out = blocks[-1]
     spatial = _spatial_prefix(sch, out)
-    if len(blocks) < 2 or len(spatial) < 2 or not all(isinstance(sch.get(l).extent, tirx.IntImm) for l in spatial):
+    if (
+        len(blocks) < 2
+        or len(spatial) < 2
+        or not all(isinstance(sch.get(loop).extent, tirx.IntImm) for loop in spatial)
+    ):
         return None
     rows = _extent(sch, spatial[:-1])
     work = {sch.get(b).name_hint: _extent(sch, sch.get_loops(b)) for b in blocks}

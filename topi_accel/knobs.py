@@ -49,7 +49,9 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
     accumulators = 24 if bits >= 512 else 12
     cores = int(target.attrs.get("num-cores", 0) or 0)
-    return CPUKnobs(lanes=bits // 32, accumulators=accumulators, parallel=cores != 1, cores=cores or os.cpu_count() or 1)
+    return CPUKnobs(
+        lanes=bits // 32, accumulators=accumulators, parallel=cores != 1, cores=cores or os.cpu_count() or 1
+    )
 
 
 def largest_divisor(n: int, cap: int) -> int:

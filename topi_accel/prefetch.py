@@ -36,7 +36,9 @@ MIN_ROWS = 32
 LINE_FLOATS = 16
 
 
-def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel: int, rows: int) -> None:
+def prefetch_next_panel(
+    sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel: int, rows: int
+) -> None:
     """Make the iterations of the outer loop prefetch the next weight panel, if worth it.
 
     reduction: the first reduction loop of the register tile's block, under the outer
@@ -66,7 +68,10 @@ def _prefetches(loops: list[tirx.For], outer: tirx.Var, params, fetch) -> tirx.S
     buffer = params[index]
     total = math.prod(int(extent) for extent in buffer.ty.shape)
     dtype = loops[-1].loop_var.ty
-    const = lambda v: tirx.const(v, dtype)
+
+    def const(v):
+        return tirx.const(v, dtype)
+
     iteration, iterations = const(0), 1  # of the nest, row-major
     for loop in loops:
         iteration = iteration * const(int(loop.extent)) + tirx.Cast(dtype, loop.loop_var - loop.min)
@@ -80,7 +85,10 @@ def _prefetches(loops: list[tirx.For], outer: tirx.Var, params, fetch) -> tirx.S
 
 def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list, inserted: list) -> tirx.Stmt:
     """`stmt` with prefetches in its annotated loops; `outer`: the top-level loop around it."""
-    recurse = lambda s, outer=outer, loops=loops: _insert(s, outer, params, fetch, loops, inserted)
+
+    def recurse(s, outer=outer, loops=loops):
+        return _insert(s, outer, params, fetch, loops, inserted)
+
     if isinstance(stmt, tirx.SeqStmt):
         return tirx.SeqStmt([recurse(s) for s in stmt.seq])
     if isinstance(stmt, tirx.AttrStmt):

@@ -20,7 +20,7 @@ import tvm
 
 from .knobs import cpu_knobs
 
-_ACTIVE: contextvars.ContextVar["TuningDB | None"] = contextvars.ContextVar("accel_tuning_db", default=None)
+_ACTIVE: contextvars.ContextVar[TuningDB | None] = contextvars.ContextVar("accel_tuning_db", default=None)
 
 
 class TuningDB:

@@ -90,7 +90,7 @@ def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = N
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A [alpha, m], B [alpha, alpha], G [alpha, 3]) of F(m x m, 3 x 3), float64."""
     if tile not in SUPPORTED_TILES:
@@ -112,9 +112,11 @@ def transform_kernel(kernel_ohwi: np.ndarray, cfg: WinogradConfig) -> np.ndarray
     _, _, g = winograd_matrices(cfg.tile)
     o, kh, kw, i = kernel_ohwi.shape
     if (kh, kw) != (KERNEL_SIZE, KERNEL_SIZE) or o % cfg.n_block:
-        raise ValueError(f"conv2d_winograd: kernel {list(kernel_ohwi.shape)} is not OHWI 3x3 with O a multiple of {cfg.n_block}")
+        raise ValueError(
+            f"conv2d_winograd: kernel {list(kernel_ohwi.shape)} is not OHWI 3x3 with O a multiple of {cfg.n_block}"
+        )
     u = np.einsum("ak,bl,okli->abio", g, g, kernel_ohwi.astype(np.float64))  # [alpha, alpha, I, O]
-    u = u.reshape(cfg.alpha ** 2, i, o // cfg.n_block, cfg.n_block).transpose(0, 2, 1, 3)
+    u = u.reshape(cfg.alpha**2, i, o // cfg.n_block, cfg.n_block).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(u, dtype=kernel_ohwi.dtype)
 
 
@@ -148,7 +150,9 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     tiles = geo.batch * n_h * n_w
     expected = (alpha * alpha, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block)
     if tuple(int(v) for v in packed_kernel.shape) != expected:
-        raise ValueError(f"conv2d_winograd: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}")
+        raise ValueError(
+            f"conv2d_winograd: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}"
+        )
     pt, pl = geo.pad[0], geo.pad[1]
     after_h = (n_h - 1) * m + alpha - geo.in_h - pt
     after_w = (n_w - 1) * m + alpha - geo.in_w - pl
@@ -161,7 +165,8 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
         n, y, x = tile_of(p)
         terms = [
             _entry(b_mat.T, e // alpha, a) * _entry(b_mat.T, e % alpha, b) * padded[n, y + a, x + b, c]
-            for a in range(alpha) for b in range(alpha)
+            for a in range(alpha)
+            for b in range(alpha)
         ]
         return functools.reduce(lambda s, t: s + t, terms)
 
@@ -179,7 +184,8 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
         p = (n * n_h + h // m) * n_w + w // m
         terms = [
             _entry(a_mat.T, h % m, a) * _entry(a_mat.T, w % m, b) * product[a * alpha + b, p, o]
-            for a in range(alpha) for b in range(alpha)
+            for a in range(alpha)
+            for b in range(alpha)
         ]
         return functools.reduce(lambda s, t: s + t, terms)
 
@@ -223,6 +229,8 @@ def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Wino
 def conv2d_winograd_func(geo: Conv2DGeometry, cfg: WinogradConfig, dtype: str = "float32") -> tirx.PrimFunc:
     """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
     data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
-    kernel = te.placeholder((cfg.alpha ** 2, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block), dtype, name="packed_kernel")
+    kernel = te.placeholder(
+        (cfg.alpha**2, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block), dtype, name="packed_kernel"
+    )
     out = conv2d_winograd(data, kernel, geo, cfg)
     return schedule_conv2d_winograd(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)

@@ -47,20 +47,22 @@ def lower_blocks() -> tvm.transform.Pass:
     with flat buffers and int32 indices where they fit; compaction once more at the end, as
     the build would do after the rewrite (on BERT's head transposes it shrinks a per-row
     buffer of 98304 floats to 768 that the first compaction left alone)."""
-    return tvm.transform.Sequential([
-        s_tir.transform.LowerInitBlock(),
-        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir.transform.ConvertBlocksToOpaque(),
-        s_tir.transform.CompactBufferAllocation(),
-        # as TVM's pipeline does before flattening: compacting a buffer that a row-by-row
-        # kernel computes per row leaves indices such as `row - row`, on which FlattenBuffer
-        # divides by zero (SegFormer's and CvT's reshape-transpose chains)
-        s_tir.transform.StmtSimplify(),
-        s_tir.transform.LowerOpaqueBlock(),
-        tirx.transform.FlattenBuffer(),
-        tirx.transform.NarrowDataType(32),
-        s_tir.transform.CompactBufferAllocation(),
-    ])
+    return tvm.transform.Sequential(
+        [
+            s_tir.transform.LowerInitBlock(),
+            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+            s_tir.transform.ConvertBlocksToOpaque(),
+            s_tir.transform.CompactBufferAllocation(),
+            # as TVM's pipeline does before flattening: compacting a buffer that a row-by-row
+            # kernel computes per row leaves indices such as `row - row`, on which FlattenBuffer
+            # divides by zero (SegFormer's and CvT's reshape-transpose chains)
+            s_tir.transform.StmtSimplify(),
+            s_tir.transform.LowerOpaqueBlock(),
+            tirx.transform.FlattenBuffer(),
+            tirx.transform.NarrowDataType(32),
+            s_tir.transform.CompactBufferAllocation(),
+        ]
+    )
 
 
 # a loop's iterations are claimed in chunks, at most this many per loop: a claim is an atomic
@@ -80,7 +82,9 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     slices = min(slices, chunks)
     counters = tirx.decl_buffer((slices * COUNTER_STRIDE,), "int32", "accel_claim_counters")
     claimed = tirx.decl_buffer((1,), "int32", "accel_claimed", scope="local")
-    const = lambda v: tirx.const(v, index)
+
+    def const(v):
+        return tirx.const(v, index)
 
     def first_chunk(s):  # slice s holds chunks [first_chunk(s), first_chunk(s + 1))
         return tirx.floordiv(s * chunks, slices)
@@ -92,26 +96,51 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     claim = tirx.BufferStore(claimed, tirx.call_extern("int32", CLAIM, counter), [0])
     begin = tirx.Var("begin", loop.extent.ty)
     extent = const(chunk) if n % chunk == 0 else tirx.min(const(chunk), n - begin)
-    run_chunk = tirx.SeqStmt([
-        # (the clamp, a no-op, tells the index arithmetic that `begin` is in [0, n): a
-        # transpose's divisions by constants were 1.6x slower without it)
-        tirx.Bind(begin, (first_chunk(victim) + tirx.max(tirx.min(tirx.Cast(index, tirx.BufferLoad(claimed, [0])), size), const(0))) * chunk),
-        tirx.For(loop.loop_var, begin, extent, tirx.ForKind.SERIAL, loop.body),
-    ])
-    drain = tirx.SeqStmt([
-        tirx.AllocBuffer(claimed),
-        claim,
-        tirx.While(tirx.Cast(index, tirx.BufferLoad(claimed, [0])) < size, tirx.SeqStmt([run_chunk, claim])),
-    ])
+    run_chunk = tirx.SeqStmt(
+        [
+            # (the clamp, a no-op, tells the index arithmetic that `begin` is in [0, n): a
+            # transpose's divisions by constants were 1.6x slower without it)
+            tirx.Bind(
+                begin,
+                (
+                    first_chunk(victim)
+                    + tirx.max(tirx.min(tirx.Cast(index, tirx.BufferLoad(claimed, [0])), size), const(0))
+                )
+                * chunk,
+            ),
+            tirx.For(loop.loop_var, begin, extent, tirx.ForKind.SERIAL, loop.body),
+        ]
+    )
+    drain = tirx.SeqStmt(
+        [
+            tirx.AllocBuffer(claimed),
+            claim,
+            tirx.While(tirx.Cast(index, tirx.BufferLoad(claimed, [0])) < size, tirx.SeqStmt([run_chunk, claim])),
+        ]
+    )
     # own slice first, then the others' in turn; a drained slice costs a load
-    visit = tirx.For(other, const(0), const(slices), tirx.ForKind.SERIAL,
-                     tirx.IfThenElse(tirx.Cast(index, tirx.call_extern("int32", PEEK, counter)) < size, drain, None))
+    visit = tirx.For(
+        other,
+        const(0),
+        const(slices),
+        tirx.ForKind.SERIAL,
+        tirx.IfThenElse(tirx.Cast(index, tirx.call_extern("int32", PEEK, counter)) < size, drain, None),
+    )
     i = tirx.Var("i", loop.extent.ty)
-    zero = tirx.For(i, const(0), const(slices), tirx.ForKind.SERIAL,
-                    tirx.BufferStore(counters, tirx.const(0, "int32"), [i * COUNTER_STRIDE]))
+    zero = tirx.For(
+        i,
+        const(0),
+        const(slices),
+        tirx.ForKind.SERIAL,
+        tirx.BufferStore(counters, tirx.const(0, "int32"), [i * COUNTER_STRIDE]),
+    )
     par = tirx.For(slice_, const(0), const(slices), tirx.ForKind.PARALLEL, visit)
-    return tirx.AttrStmt(tirx.const(0, "int32"), "pragma_import_llvm", CLAIM_LLVM_IR,
-                         tirx.SeqStmt([tirx.AllocBuffer(counters), zero, par]))
+    return tirx.AttrStmt(
+        tirx.const(0, "int32"),
+        "pragma_import_llvm",
+        CLAIM_LLVM_IR,
+        tirx.SeqStmt([tirx.AllocBuffer(counters), zero, par]),
+    )
 
 
 def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:

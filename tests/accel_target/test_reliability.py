@@ -88,7 +88,7 @@ def _hammer(workers: int, calls: int, call) -> list:
         try:
             for k in range(calls):
                 call(worker, k)
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             errors.append(err)
 
     pool = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
@@ -158,7 +158,7 @@ def test_same_bits_across_thread_counts(saved, loaded, tmp_path):
     code = textwrap.dedent(f"""
         import sys, numpy as np, accel_target
         model = accel_target.load({library!r})
-        np.save(sys.argv[1], model(np.load({str(tmp_path / 'x.npy')!r})).numpy())
+        np.save(sys.argv[1], model(np.load({str(tmp_path / "x.npy")!r})).numpy())
         assert accel_target.num_threads() == int(sys.argv[2])
     """)
     for count in sorted({1, min(2, accel_target.host_cores())}):
@@ -230,13 +230,22 @@ BAD_INPUTS = [
     # not an array at all, a Python number, a tensor numpy cannot read
     (("image.png",), ValueError, ["input 0 (x)", "expected dtype float32, given <U9"]),
     ((1.0,), ValueError, ["input 0 (x)", "expected dtype float32, given float64"]),
-    ((torch.zeros(1, 3, 32, 32, requires_grad=True),), TypeError,
-     ["input 0 (x)", "expected a tvm.runtime.Tensor or an array", "Tensor"]),
+    (
+        (torch.zeros(1, 3, 32, 32, requires_grad=True),),
+        TypeError,
+        ["input 0 (x)", "expected a tvm.runtime.Tensor or an array", "Tensor"],
+    ),
     # NaN and Inf
-    ((np.full((1, 3, 32, 32), np.nan, "float32"),), ValueError,
-     ["input 0 (x)", "3072 NaN and 0 Inf", "check_finite=False"]),
-    ((tvm.runtime.tensor(np.where(np.arange(3072).reshape(1, 3, 32, 32) == 5, np.inf, 0).astype("float32")),),
-     ValueError, ["input 0 (x)", "0 NaN and 1 Inf"]),
+    (
+        (np.full((1, 3, 32, 32), np.nan, "float32"),),
+        ValueError,
+        ["input 0 (x)", "3072 NaN and 0 Inf", "check_finite=False"],
+    ),
+    (
+        (tvm.runtime.tensor(np.where(np.arange(3072).reshape(1, 3, 32, 32) == 5, np.inf, 0).astype("float32")),),
+        ValueError,
+        ["input 0 (x)", "0 NaN and 1 Inf"],
+    ),
 ]
 
 
@@ -305,18 +314,30 @@ def _drop_weight(signature):
 
 SIGNATURE_FAULTS = [
     # file missing, not JSON, not ours, malformed entries
-    (lambda lib: os.remove(lib + ".json"), FileNotFoundError,
-     ["ccpl.so.json", "does not exist", "save the model again"]),
+    (
+        lambda lib: os.remove(lib + ".json"),
+        FileNotFoundError,
+        ["ccpl.so.json", "does not exist", "save the model again"],
+    ),
     (lambda lib: open(lib + ".json", "w").write("{not json"), ValueError, ["ccpl.so.json", "malformed"]),
     (lambda lib: open(lib + ".json", "w").write("[]"), ValueError, ["malformed", "accel-signature/1"]),
-    (lambda lib: _edit_signature(lib, lambda s: s.update(inputs=[{"shape": "big"}])), ValueError,
-     ["malformed", "input 0"]),
+    (
+        lambda lib: _edit_signature(lib, lambda s: s.update(inputs=[{"shape": "big"}])),
+        ValueError,
+        ["malformed", "input 0"],
+    ),
     # edited to disagree with the library it sits beside
-    (lambda lib: _edit_signature(lib, _set_input_shape), ValueError,
-     ["lists inputs (x: float32 [1, 3, 64, 64])", "takes (x: float32 [1, 3, 32, 32])"]),
+    (
+        lambda lib: _edit_signature(lib, _set_input_shape),
+        ValueError,
+        ["lists inputs (x: float32 [1, 3, 64, 64])", "takes (x: float32 [1, 3, 32, 32])"],
+    ),
     (lambda lib: _edit_signature(lib, _drop_weight), ValueError, ["holds 6 weights; the model takes 5"]),
-    (lambda lib: _edit_signature(lib, lambda s: s.update(library_sha256="0" * 64)), ValueError,
-     ["not written for", "ccpl.so"]),
+    (
+        lambda lib: _edit_signature(lib, lambda s: s.update(library_sha256="0" * 64)),
+        ValueError,
+        ["not written for", "ccpl.so"],
+    ),
 ]
 
 

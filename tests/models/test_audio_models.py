@@ -28,9 +28,15 @@ def wav2vec2():
     """Wav2Vec2Model: a 3-layer conv feature extractor (k10/5, k3/2, k3/2, group norm, GELU),
     the grouped positional conv (groups 4, kernel 16, weight norm) and 2 transformer layers."""
     config = transformers.Wav2Vec2Config(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
-        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
     )
     return transformers.Wav2Vec2Model(config), torch.randn(1, 4000), 4
 
@@ -40,8 +46,12 @@ def whisper_encoder():
     from transformers.models.whisper.modeling_whisper import WhisperEncoder  # noqa: PLC0415
 
     config = transformers.WhisperConfig(
-        d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128,
-        num_mel_bins=16, max_source_positions=50,
+        d_model=64,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        num_mel_bins=16,
+        max_source_positions=50,
     )
     return WhisperEncoder(config), torch.randn(1, 16, 100), 2
 
@@ -71,7 +81,11 @@ def test_audio_model_runs_every_conv1d_on_accel(make):
 
     # every conv1d kernel reads weights packed at compile time: a constant [O/ob, K, I/groups, ob]
     lowered = accel_target.optimize(mod)
-    kernels = [c for c in calls_of(lowered, ("relax.call_tir", "relax.call_tir_inplace")) if "conv2d_nhwc_ohwi" in c.args[0].name_hint]
+    kernels = [
+        c
+        for c in calls_of(lowered, ("relax.call_tir", "relax.call_tir_inplace"))
+        if "conv2d_nhwc_ohwi" in c.args[0].name_hint
+    ]
     assert len(kernels) == n_conv1d
     for call in kernels:
         weight = call.args[1].fields[1]

@@ -17,8 +17,17 @@ transformers = pytest.importorskip("transformers")
 
 LAYERS = 2
 GPT2 = dict(n_layer=LAYERS, n_embd=64, n_head=4, vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0)
-LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=100, max_position_embeddings=64, bos_token_id=0, eos_token_id=0)
+LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=100,
+    max_position_embeddings=64,
+    bos_token_id=0,
+    eos_token_id=0,
+)
 
 
 def _decoder(name: str):
@@ -83,8 +92,11 @@ def test_gpt2_conv1d_weights_reach_dense_as_stored():
     model, inputs = _decoder("gpt2_batch2")
     mod = accel_target.from_torch(model, inputs)
     found = _matmul_constants(mod)
-    conv1d = [p.detach().numpy() for name, p in model.named_parameters()
-              if (".attn." in name or ".mlp." in name) and name.endswith(".weight")]
+    conv1d = [
+        p.detach().numpy()
+        for name, p in model.named_parameters()
+        if (".attn." in name or ".mlp." in name) and name.endswith(".weight")
+    ]
     assert found["permute"] == [] and len(found["matmul"]) == len(conv1d) == 4 * LAYERS
     for const, weight in zip(found["matmul"], conv1d, strict=True):
         np.testing.assert_array_equal(const.value.numpy(), weight)

@@ -15,7 +15,8 @@ from tests.models.zoo import make
 
 def _onnx_model(op: str, inputs=("x",)) -> onnx.ModelProto:
     graph = helper.make_graph(
-        [helper.make_node(op, list(inputs), ["y"])], "g",
+        [helper.make_node(op, list(inputs), ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
     )
@@ -65,7 +66,9 @@ def test_wrong_input_shape_at_run_time():
 def test_input_layout_that_does_not_fit_the_model():
     model, x, _ = make("mlp")
     mod = accel_target.from_torch(model, (x,))
-    with pytest.raises(ValueError, match=r"input_layout='NHWC' needs a 4-D NCHW image input, but main\(\) takes \(x: \[4, 64\]\)"):
+    with pytest.raises(
+        ValueError, match=r"input_layout='NHWC' needs a 4-D NCHW image input, but main\(\) takes \(x: \[4, 64\]\)"
+    ):
         accel_target.build(mod, input_layout="NHWC")
     with pytest.raises(ValueError, match="input_layout='CHWN' is not supported; supported: None, NCHW, NHWC"):
         accel_target.build(mod, input_layout="CHWN")
@@ -79,7 +82,9 @@ def test_params_that_are_not_inputs():
 
 
 def test_strict_build_rejects_fallbacks():
-    with pytest.raises(accel_target.StrictModeError, match=r"relax.matmul on float32\[2, 4, 8\], float32\[1, 8, 5\].*batch axes"):
+    with pytest.raises(
+        accel_target.StrictModeError, match=r"relax.matmul on float32\[2, 4, 8\], float32\[1, 8, 5\].*batch axes"
+    ):
         accel_target.build(_broadcast_batch_matmul(), strict=True)
 
 

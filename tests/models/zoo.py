@@ -11,18 +11,23 @@ class ResidualCNN(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
         self.blocks = nn.ModuleList([self._block(16, 32, 2), self._block(32, 32, 1), self._block(32, 64, 2)])
-        self.shortcuts = nn.ModuleList([
-            nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32)),
-            nn.Identity(),
-            nn.Sequential(nn.Conv2d(32, 64, 1, stride=2, bias=False), nn.BatchNorm2d(64)),
-        ])
+        self.shortcuts = nn.ModuleList(
+            [
+                nn.Sequential(nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32)),
+                nn.Identity(),
+                nn.Sequential(nn.Conv2d(32, 64, 1, stride=2, bias=False), nn.BatchNorm2d(64)),
+            ]
+        )
         self.head = nn.Linear(64, classes)
 
     @staticmethod
     def _block(cin, cout, stride):
         return nn.Sequential(
-            nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-            nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+            nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
         )
 
     def forward(self, x):
@@ -40,8 +45,13 @@ class DepthwiseSeparableCNN(nn.Module):
         layers, cin = [nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU6()], 16
         for cout, stride in [(24, 1), (32, 2), (48, 2)]:
             layers += [
-                nn.ZeroPad2d((1, 1, 1, 1)), nn.Conv2d(cin, cin, 3, stride=stride, groups=cin), nn.BatchNorm2d(cin), nn.ReLU6(),
-                nn.Conv2d(cin, cout, 1), nn.BatchNorm2d(cout), nn.ReLU6(),
+                nn.ZeroPad2d((1, 1, 1, 1)),
+                nn.Conv2d(cin, cin, 3, stride=stride, groups=cin),
+                nn.BatchNorm2d(cin),
+                nn.ReLU6(),
+                nn.Conv2d(cin, cout, 1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU6(),
             ]
             cin = cout
         self.features = nn.Sequential(*layers)

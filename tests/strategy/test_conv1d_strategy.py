@@ -55,9 +55,16 @@ def _case(layouts, attrs, const_weight):
     ref = torch.nn.functional.conv1d(xp, torch.from_numpy(wt), stride=strides, dilation=dilation, groups=groups).numpy()
     x_in, w_in = _to(x, LAYOUTS, data_layout), _to(wt, KERNEL_AXES, kernel_layout)
     mod = conv1d_module(
-        x_in, w_in, const_weight,
-        strides=strides, padding=padding, dilation=dilation, groups=groups,
-        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        x_in,
+        w_in,
+        const_weight,
+        strides=strides,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        data_layout=data_layout,
+        kernel_layout=kernel_layout,
+        out_layout=out_layout,
     )
     inputs = [x_in] + ([] if const_weight else [w_in])
     return mod, inputs, _to(ref, LAYOUTS, out_layout)

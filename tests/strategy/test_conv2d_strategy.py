@@ -40,9 +40,16 @@ def _case(layouts, attrs, const_weight):
     ref = torch.nn.functional.conv2d(xp, torch.from_numpy(wt), stride=strides, dilation=dilation, groups=groups).numpy()
     x_in, w_in = _to(x, LAYOUTS, data_layout), _to(wt, KERNEL_AXES, kernel_layout)
     mod = conv2d_module(
-        x_in, w_in, const_weight,
-        strides=strides, padding=padding, dilation=dilation, groups=groups,
-        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        x_in,
+        w_in,
+        const_weight,
+        strides=strides,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        data_layout=data_layout,
+        kernel_layout=kernel_layout,
+        out_layout=out_layout,
     )
     inputs = [x_in] + ([] if const_weight else [w_in])
     return mod, inputs, _to(ref, LAYOUTS, out_layout)
@@ -61,7 +68,10 @@ def test_conv2d_layouts_run_on_accel_kernel(layouts, attrs, const_weight):
     implementation = "conv2d_winograd.accel" if winograd else "conv2d_nhwc_ohwi.accel"
     assert [d.implementation for d in log] == [implementation]
     if attrs == ATTR_CASES[0] and not const_weight:
-        assert dict(log[0].skipped)["conv2d_winograd.accel"] == "the weights are not a constant (Winograd transforms them at compile time)"
+        assert (
+            dict(log[0].skipped)["conv2d_winograd.accel"]
+            == "the weights are not a constant (Winograd transforms them at compile time)"
+        )
 
     kernels = called_kernels(legalized(mod))
     assert sum(name.startswith(implementation.split(".")[0]) for name in kernels) == 1

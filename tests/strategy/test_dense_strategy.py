@@ -29,7 +29,8 @@ def test_linear_layer_as_pytorch_exports_it():
     x, w, b = rand(4, 64), rand(48, 64), rand(48)
     mod = single_op_module(
         lambda data, weight, bias: relax.op.add(relax.op.matmul(data, relax.op.permute_dims(weight)), bias),
-        {"data": x}, {"weight": w, "bias": b},
+        {"data": x},
+        {"weight": w, "bias": b},
     )
     with accel_target.recording() as log:
         out = run_relax(mod, [x])

@@ -81,7 +81,9 @@ def test_higher_priority_implementation_wins_when_its_condition_holds(monkeypatc
     monkeypatch.setattr(registry, "_IMPLEMENTATIONS", {k: list(v) for k, v in registry._IMPLEMENTATIONS.items()})
     tvm_conv = lambda bb, call: strategy.dispatch.tvm_legalize(call)(bb, call)  # noqa: E731
     strategy.register(
-        "relax.nn.conv2d", "conv2d_groups3_test.accel", plevel=20,
+        "relax.nn.conv2d",
+        "conv2d_groups3_test.accel",
+        plevel=20,
         condition=lambda call: None if int(call.attrs.groups) == 3 else f"groups={call.attrs.groups}, needs 3",
     )(tvm_conv)
     grouped = conv2d_module(rand(1, 6, 8, 8), rand(6, 2, 3, 3), True, groups=3)

@@ -89,11 +89,17 @@ def test_conv1d_nwc_owi_target_variants(shape, target):
 @pytest.mark.parametrize("channels_outer", [True, False])
 @pytest.mark.parametrize(
     "shape, oc_block",
-    [((1, 45, 8, 50, 3, 2, 1, 1, 1), 16), ((1, 45, 8, 50, 3, 2, 1, 1, 1), 48), ((1, 20, 64, 64, 128, 1, 64, 1, 16), 16)],
+    [
+        ((1, 45, 8, 50, 3, 2, 1, 1, 1), 16),
+        ((1, 45, 8, 50, 3, 2, 1, 1, 1), 48),
+        ((1, 20, 64, 64, 128, 1, 64, 1, 16), 16),
+    ],
     ids=str,
 )
 def test_conv1d_every_schedule_path(shape, oc_block, channels_outer, columns_parallel):
-    out, ref, _ = _run(shape, oc_block=oc_block, ow_block=4, channels_outer=channels_outer, columns_parallel=columns_parallel)
+    out, ref, _ = _run(
+        shape, oc_block=oc_block, ow_block=4, channels_outer=channels_outer, columns_parallel=columns_parallel
+    )
     assert_close(out, ref)
 
 

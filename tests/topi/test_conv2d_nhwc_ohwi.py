@@ -49,9 +49,7 @@ def _run(shape, target, **config):
         geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride, padding, dilation, groups)
         cfg = replace(topi_accel.conv2d_config(geo), **config)
     packed = pack(wt, topi_accel.kernel_pack_map(cfg))
-    out = run_primfunc(
-        topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o), target
-    )
+    out = run_primfunc(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o), target)
     return out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, groups), cfg
 
 
@@ -78,7 +76,9 @@ def test_conv2d_nhwc_ohwi_target_variants(shape, target):
 # input; depthwise tests the border in the tile loop instead: SHAPES has those)
 @pytest.mark.parametrize("channels_outer", [True, False])
 @pytest.mark.parametrize("oc_block", [16, 32, 48])
-@pytest.mark.parametrize("shape", [(1, 13, 11, 8, 50, 3, 2, 1, 1, 1), (1, 9, 10, 5, 48, 3, 1, (1, 0, 2, 1), 1, 1)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1, 13, 11, 8, 50, 3, 2, 1, 1, 1), (1, 9, 10, 5, 48, 3, 1, (1, 0, 2, 1), 1, 1)], ids=str
+)
 def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
     out, ref, _ = _run(shape, "accel", oc_block=oc_block, ow_block=4, channels_outer=channels_outer)
     assert_close(out, ref)
@@ -98,6 +98,7 @@ OW_BLOCK_TWO_VECTORS = {"avx512": 12, "avx2": 6, "sse": 6}
 @pytest.mark.parametrize("isa", ISAS)
 def test_conv2d_config_heuristic(isa):
     with tvm.target.Target(ISAS[isa]):
+
         def config(h, c, o, k):
             return topi_accel.conv2d_config(topi_accel.conv2d_geometry((1, h, h, c), (o, k, k, c), 1, k // 2))
 

@@ -101,6 +101,6 @@ def test_compute_rejects_convs_it_cannot_do():
         geo = topi_accel.conv2d_geometry((1, 16, 16, 16), (16, 3, 3, 16), 2, 1)
         cfg = topi_accel.winograd_config(geo)
     data = tvm.te.placeholder((1, 16, 16, 16), name="data")
-    kernel = tvm.te.placeholder((cfg.alpha ** 2, 1, 16, 16), name="kernel")
+    kernel = tvm.te.placeholder((cfg.alpha**2, 1, 16, 16), name="kernel")
     with pytest.raises(ValueError, match=r"conv2d_winograd: .*strides \(2, 2\).*supported: 3x3, strides \(1, 1\)"):
         topi_accel.conv2d_winograd(data, kernel, geo, cfg)

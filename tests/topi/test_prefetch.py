@@ -12,8 +12,8 @@ from tvm import relax, tirx
 
 import accel_target
 import topi_accel
-from topi_accel import prefetch as P
 from tests.helpers import assert_close, matmul_module, pack, rand, run_executable, run_primfunc
+from topi_accel import prefetch as P
 
 RECORD = "testing.accel_prefetched"
 
@@ -49,13 +49,19 @@ def _panels(func) -> tuple[int, int]:
     return shape[0], int(np.prod(shape[1:]))  # dense_kn's [N/nb, K, nb], conv's [O/ob, KH, KW, C, ob]
 
 
-@pytest.mark.parametrize("make", [lambda: _dense(64, 256, 96, False), lambda: _conv(False), lambda: _winograd(False)],
-                         ids=["dense", "conv", "winograd"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: _dense(64, 256, 96, False), lambda: _conv(False), lambda: _winograd(False)],
+    ids=["dense", "conv", "winograd"],
+)
 def test_each_panel_prefetches_the_next_one_line_by_line(make):
     func, _ = make()
     lines = []
     tvm.register_global_func(RECORD, lambda offset: lines.append(offset // P.LINE_FLOATS), override=True)
-    record = lambda buffer, offset: tirx.Evaluate(tirx.call_packed(RECORD, offset))
+
+    def record(buffer, offset):
+        return tirx.Evaluate(tirx.call_packed(RECORD, offset))
+
     recording = topi_accel.insert_prefetches(func, fetch=record)
     assert recording is not None
     inputs = [rand(*[int(v) for v in p.ty.shape]) for p in func.params[:-1]]

@@ -63,7 +63,9 @@ def test_claimed_kernels_compute_what_they_did():
     packed = np.zeros((o_pad, 3, 3, 16), "float32")
     packed[:40] = w
     packed = packed.reshape(o_pad // cfg.oc_block, cfg.oc_block, 3, 3, 16).transpose(0, 2, 3, 4, 1).copy()
-    ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2), padding=1)
+    ref = torch.nn.functional.conv2d(
+        torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2), padding=1
+    )
     assert_close(run_primfunc(claimed, [x, packed], (1, 9, 11, 40)), ref.permute(0, 2, 3, 1).numpy())
 
     a = rand(3, 50, 128)
@@ -74,8 +76,13 @@ def test_claimed_kernels_compute_what_they_did():
 
 
 def test_the_build_claims_every_parallel_loop_unless_single_core():
-    mod = conv2d_module(rand(1, 8, 8, 16), rand(32, 3, 3, 16), True, padding=1, data_layout="NHWC", kernel_layout="OHWI")
-    for target, claimed in ((tvm.target.Target("accel"), True), (tvm.target.Target({"tag": "accel", "num-cores": 1}), False)):
+    mod = conv2d_module(
+        rand(1, 8, 8, 16), rand(32, 3, 3, 16), True, padding=1, data_layout="NHWC", kernel_layout="OHWI"
+    )
+    for target, claimed in (
+        (tvm.target.Target("accel"), True),
+        (tvm.target.Target({"tag": "accel", "num-cores": 1}), False),
+    ):
         with target:
             lowered = accel_target.pipeline.claim_iterations(accel_target.optimize(mod, target=target))
         kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
