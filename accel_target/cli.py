@@ -1,6 +1,7 @@
 """accel-tvm: compile, run, report and benchmark models for the accel target.
 
-    accel-tvm compile MODEL -o OUT.so [--input-layout NHWC] [--strict] [--report] [--weights separate]
+    accel-tvm compile MODEL -o OUT.so [--input-layout NHWC] [--output-layout NHWC] [--strict] [--report]
+                      [--weights separate]
     accel-tvm run OUT.so --input x.npy [...] [--output y.npy]
     accel-tvm report MODEL
     accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--plot out.png]
@@ -37,58 +38,71 @@ def _one_line(err: BaseException) -> str:
 
 
 def _inputs_of(mod) -> list[dict]:
-    from strategy.layout import static_shape  # pylint: disable=import-outside-toplevel
+    from strategy.layout import static_shape
 
-    return [
-        {"name": p.name, "shape": static_shape(p), "dtype": str(p.ty.dtype)}
-        for p in mod["main"].params
-    ]
+    return [{"name": p.name, "shape": static_shape(p), "dtype": str(p.ty.dtype)} for p in mod["main"].params]
 
 
 def _load(path: str, input_layout: str | None):
-    from . import frontend, transforms  # pylint: disable=import-outside-toplevel
+    from . import frontend, transforms
 
     _progress(f"importing {path}")
     mod = frontend.load_model(path)
     return mod, _inputs_of(transforms.convert_input_layout(mod, input_layout))
 
 
-def _build(mod, input_layout, strict, tuning_db=None, weights="embedded"):
-    from .pipeline import build  # pylint: disable=import-outside-toplevel
+def _build(mod, input_layout, strict, tuning_db=None, weights="embedded", output_layout=None):
+    from .pipeline import build
 
     _progress("building for accel (layout conversion, weight folding, kernels, LLVM)")
     started = time.perf_counter()
-    executable = build(mod, input_layout=input_layout, strict=strict, tuning_db=tuning_db, weights=weights)
+    executable = build(
+        mod,
+        input_layout=input_layout,
+        output_layout=output_layout,
+        strict=strict,
+        tuning_db=tuning_db,
+        weights=weights,
+    )
     _progress(f"built in {time.perf_counter() - started:.1f} s")
     return executable
 
 
 def cmd_compile(args) -> int:
-    from .deploy import save  # pylint: disable=import-outside-toplevel
-    from .pipeline import report  # pylint: disable=import-outside-toplevel
+    from .deploy import save
+    from .pipeline import report
 
     mod, inputs = _load(args.model, args.input_layout)
     if args.tuning_db and not os.path.isfile(args.tuning_db):
         raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
-    executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights)
-    written = save(executable, args.output, meta={"model": os.path.abspath(args.model), "input_layout": args.input_layout})
+    executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights, args.output_layout)
+    meta = {
+        "model": os.path.abspath(args.model),
+        "input_layout": args.input_layout,
+        "output_layout": args.output_layout,
+    }
+    written = save(executable, args.output, meta=meta)
     rep = report(executable)
     if args.json:
-        print(json.dumps({"output": args.output, "files": written, "inputs": inputs, "report": rep.to_dict()}, indent=2))
+        print(
+            json.dumps({"output": args.output, "files": written, "inputs": inputs, "report": rep.to_dict()}, indent=2)
+        )
         return 0
     if args.report:
         print(rep)
     k = rep.kernels
-    print(f"wrote {' and '.join(written)}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
-          f"{k.activation_transforms} of activations, {k.weight_transforms} of weights")
+    print(
+        f"wrote {' and '.join(written)}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
+        f"{k.activation_transforms} of activations, {k.weight_transforms} of weights"
+    )
     return 0
 
 
 def cmd_run(args) -> int:
-    import tvm  # pylint: disable=import-outside-toplevel
+    import tvm
 
-    from .deploy import load  # pylint: disable=import-outside-toplevel
-    from .target import num_threads  # pylint: disable=import-outside-toplevel
+    from .deploy import load
+    from .target import num_threads
 
     if not os.path.isfile(args.library):
         raise CLIError(f"library {args.library!r} does not exist")
@@ -115,26 +129,30 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .pipeline import report  # pylint: disable=import-outside-toplevel
+    from .pipeline import report
 
     mod, _ = _load(args.model, args.input_layout)
-    rep = report(_build(mod, args.input_layout, False))
+    rep = report(_build(mod, args.input_layout, False, output_layout=args.output_layout))
     print(rep.to_json() if args.json else rep)
     return 0
 
 
 def cmd_tune(args) -> int:
-    from .pipeline import tune  # pylint: disable=import-outside-toplevel
+    from .pipeline import tune
 
     mod, _ = _load(args.model, args.input_layout)
     _progress(f"tuning every accel conv2d (up to {args.limit or 'all'} candidates each) into {args.db}")
     db = tune(mod, args.db, input_layout=args.input_layout, limit=args.limit, progress=_progress)
-    print(json.dumps({"db": args.db, "entries": len(db.entries)}) if args.json else f"{args.db}: {len(db.entries)} tuned kernels")
+    print(
+        json.dumps({"db": args.db, "entries": len(db.entries)})
+        if args.json
+        else f"{args.db}: {len(db.entries)} tuned kernels"
+    )
     return 0
 
 
 def cmd_bench(args) -> int:
-    from . import benchmark  # pylint: disable=import-outside-toplevel
+    from . import benchmark
 
     mod, inputs = _load(args.model, None)
     contenders = [c.strip() for c in args.vs.split(",") if c.strip()]
@@ -146,8 +164,8 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:  # pylint: disable=unused-argument
-    from . import demo  # pylint: disable=import-outside-toplevel
+def cmd_demo(args) -> int:
+    from . import demo
 
     return demo.run()
 
@@ -160,7 +178,9 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="accel-tvm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="accel-tvm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name, handler, help_text, json_output=True):
@@ -173,31 +193,45 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     layout_help = "make main take channels-last (NHWC) image inputs instead of the model's NCHW"
+    output_layout_help = "make main return channels-last (NHWC) image outputs instead of the model's NCHW"
     sub = command("compile", cmd_compile, "compile MODEL for accel into a deployable library")
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
-    sub.add_argument("-o", "--output", required=True, help="library to write (.so); its input signature goes to OUT.so.json")
+    sub.add_argument(
+        "-o", "--output", required=True, help="library to write (.so); its input signature goes to OUT.so.json"
+    )
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
+    sub.add_argument("--output-layout", choices=["NCHW", "NHWC"], help=output_layout_help)
     sub.add_argument("--strict", action="store_true", help="fail instead of falling back to TVM's kernel")
     sub.add_argument("--report", action="store_true", help="print which kernel every op got")
     sub.add_argument("--tuning-db", help="JSON file written by 'accel-tvm tune': its schedules replace the defaults")
-    sub.add_argument("--weights", choices=["embedded", "separate"], default="embedded",
-                     help="keep the weights in the library (default) or write them beside it to OUT.so.params "
-                          "(a code-only library; loading holds one copy of the weights, not several)")
+    sub.add_argument(
+        "--weights",
+        choices=["embedded", "separate"],
+        default="embedded",
+        help="keep the weights in the library (default) or write them beside it to OUT.so.params "
+        "(a code-only library; loading holds one copy of the weights, not several)",
+    )
 
     sub = command("run", cmd_run, "run a compiled library on .npy inputs")
     sub.add_argument("library", help="a library written by 'accel-tvm compile' (its LIBRARY.params are loaded too)")
-    sub.add_argument("--input", action="append", default=[], required=True, help=".npy file, once per model input, in order")
+    sub.add_argument(
+        "--input", action="append", default=[], required=True, help=".npy file, once per model input, in order"
+    )
     sub.add_argument("--output", help="write the output to this .npy file")
     sub.add_argument("--repeat", type=_positive, default=10, help="runs to average the time over (default 10)")
 
     sub = command("report", cmd_report, "which kernel every op of MODEL gets, and the runtime layout transforms")
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
+    sub.add_argument("--output-layout", choices=["NCHW", "NHWC"], help=output_layout_help)
 
     sub = command("bench", cmd_bench, "time MODEL on accel against other runtimes, same thread count")
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
-    sub.add_argument("--vs", default="tvm,torch,onnxruntime",
-                     help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)")
+    sub.add_argument(
+        "--vs",
+        default="tvm,torch,onnxruntime",
+        help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)",
+    )
     sub.add_argument("--repeat", type=_positive, default=20, help="timed runs per contender (default 20)")
     sub.add_argument("--plot", help="also write a bar chart to this PNG file")
 
@@ -207,7 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)
     sub.add_argument("--limit", type=_positive, help="at most this many candidates per shape (default: all)")
 
-    command("demo", cmd_demo, "compile a bundled model for accel, check it, report, compare with stock TVM", json_output=False)
+    command(
+        "demo",
+        cmd_demo,
+        "compile a bundled model for accel, check it, report, compare with stock TVM",
+        json_output=False,
+    )
     return parser
 
 
@@ -217,7 +256,7 @@ def main(argv=None) -> int:
         os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before the pool first runs
     try:
         return args.handler(args)
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         if args.debug:
             raise
         print(f"accel-tvm: error: {_one_line(err)}", file=sys.stderr)

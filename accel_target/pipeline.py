@@ -32,13 +32,21 @@ from tvm.relax.backend import cpu_generic
 
 import strategy.conv2d
 import topi_accel
-from strategy import recording, select, strict as strict_mode
+from strategy import recording, select
+from strategy import strict as strict_mode
 from strategy.registry import attempt, recording_declines, suspended
 
 from . import deploy
 from .inplace import write_in_place
 from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
-from .transforms import FastMath, FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
+from .transforms import (
+    FastMath,
+    FoldConstantNumpy,
+    PadAsConv,
+    SimplifyLayouts,
+    convert_input_layout,
+    convert_output_layout,
+)
 
 # Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -79,29 +87,35 @@ def contained(step: tvm.transform.Pass) -> tvm.transform.Pass:
 
 def graph_passes() -> list[tvm.transform.Pass]:
     """Whole-model layout conversion with every weight transform folded; each pass contained."""
-    return [contained(p) for p in [
-        relax.transform.FoldBatchnormToConv2D(),
-        relax.transform.DecomposeOpsForInference(),
-        SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
-        FoldConstantNumpy(),
-        convert_layout,
-        FoldConstantNumpy(),
-        # what numpy does not fold; once: it compiles a kernel for every call it checks
-        # (running it after each numpy folding, too, changed no model's result)
-        relax.transform.FoldConstant(),
-        SimplifyLayouts(),
-        FoldConstantNumpy(),
-        relax.transform.OptimizeLayoutTransform(),
-        relax.transform.RemoveRedundantReshape(),
-        FastMath(),
-        relax.transform.DeadCodeElimination(),
-    ]]
+    return [
+        contained(p)
+        for p in [
+            relax.transform.FoldBatchnormToConv2D(),
+            relax.transform.DecomposeOpsForInference(),
+            SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
+            FoldConstantNumpy(),
+            convert_layout,
+            FoldConstantNumpy(),
+            # what numpy does not fold; once: it compiles a kernel for every call it checks
+            # (running it after each numpy folding, too, changed no model's result)
+            relax.transform.FoldConstant(),
+            SimplifyLayouts(),
+            FoldConstantNumpy(),
+            relax.transform.OptimizeLayoutTransform(),
+            relax.transform.RemoveRedundantReshape(),
+            FastMath(),
+            relax.transform.DeadCodeElimination(),
+        ]
+    ]
 
 
 def _update_prim_funcs(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
     """`mod` with each PrimFunc replaced by `rewrite(name, func)` where that is not None."""
-    updates = {gvar: new for gvar, func in mod.functions_items()
-               if isinstance(func, tvm.tirx.PrimFunc) and (new := rewrite(gvar.name_hint, func)) is not None}
+    updates = {
+        gvar: new
+        for gvar, func in mod.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc) and (new := rewrite(gvar.name_hint, func)) is not None
+    }
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
@@ -158,7 +172,8 @@ def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     if not knobs.parallel:
         return mod
     return _update_prim_funcs(
-        mod, per_kernel("ClaimIterations", lambda func: topi_accel.claim_iterations(func, knobs.cores)))
+        mod, per_kernel("ClaimIterations", lambda func: topi_accel.claim_iterations(func, knobs.cores))
+    )
 
 
 @tvm.transform.module_pass(opt_level=0, name="InsertPrefetches")
@@ -169,8 +184,11 @@ def insert_prefetches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    return (cpu_generic.pipeline.dataflow_lower_passes(target) + cpu_generic.pipeline.finalize_passes(target)
-            + [insert_prefetches, claim_iterations])
+    return (
+        cpu_generic.pipeline.dataflow_lower_passes(target)
+        + cpu_generic.pipeline.finalize_passes(target)
+        + [insert_prefetches, claim_iterations]
+    )
 
 
 def _sequential(passes) -> tvm.transform.Pass:
@@ -193,7 +211,7 @@ def register() -> None:
         relax.register_pipeline("accel")(get_pipeline)
 
 
-def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
+def _prepare(mod: tvm.IRModule, params, input_layout, output_layout=None) -> tvm.IRModule:
     if not isinstance(mod, tvm.IRModule) or "main" not in [g.name_hint for g in mod.functions]:
         what = type(mod).__name__ if not isinstance(mod, tvm.IRModule) else "an IRModule without 'main'"
         raise TypeError(f"accel: expected an IRModule with a Relax function 'main', got {what}")
@@ -207,15 +225,24 @@ def _prepare(mod: tvm.IRModule, params, input_layout) -> tvm.IRModule:
         main = mod["main"]
         if main.attrs is not None and "num_input" in main.attrs:  # every remaining parameter is an input now
             mod["main"] = main.without_attr("num_input")
-    return convert_input_layout(mod, input_layout)
+    return convert_output_layout(convert_input_layout(mod, input_layout), output_layout)
 
 
-def optimize(mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None) -> tvm.IRModule:
+def optimize(
+    mod: tvm.IRModule,
+    params=None,
+    *,
+    target="accel",
+    input_layout=None,
+    output_layout=None,
+    strict=None,
+    tuning_db=None,
+) -> tvm.IRModule:
     """`mod` after the accel pipeline up to kernels: every op a call_tir to a named PrimFunc.
 
     Same arguments as `build`; for inspection (``.script()``) and for `report`.
     """
-    return _optimize(mod, params, target, input_layout, strict, tuning_db)[0]
+    return _optimize(mod, params, target, input_layout, strict, tuning_db, output_layout)[0]
 
 
 def _run_graph_passes(mod: tvm.IRModule) -> tvm.IRModule:
@@ -223,9 +250,9 @@ def _run_graph_passes(mod: tvm.IRModule) -> tvm.IRModule:
         return _sequential(graph_passes())(mod)
 
 
-def _graph(mod, params, target, input_layout) -> tvm.IRModule:
+def _graph(mod, params, target, input_layout, output_layout=None) -> tvm.IRModule:
     with target:
-        return _run_graph_passes(_prepare(mod, params, input_layout))
+        return _run_graph_passes(_prepare(mod, params, input_layout, output_layout))
 
 
 def _strictness(strict):
@@ -233,11 +260,11 @@ def _strictness(strict):
     return contextlib.nullcontext() if strict is None else strict_mode(strict)
 
 
-def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None):
+def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, output_layout=None):
     target = tvm.target.Target(target)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
     with _strictness(strict), recording_declines() as declines:
-        graph = _graph(mod, params, target, input_layout)
+        graph = _graph(mod, params, target, input_layout, output_layout)
         rows = op_rows(graph)
         with target, topi_accel.tuning.using(db), recording() as decisions:
             lowered = _sequential(legalize_passes())(graph)
@@ -272,7 +299,15 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
 
 
 def build(
-    mod: tvm.IRModule, params=None, *, target="accel", input_layout=None, strict=None, tuning_db=None, weights="embedded"
+    mod: tvm.IRModule,
+    params=None,
+    *,
+    target="accel",
+    input_layout=None,
+    output_layout=None,
+    strict=None,
+    tuning_db=None,
+    weights="embedded",
 ) -> relax.VMExecutable:
     """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
 
@@ -281,6 +316,8 @@ def build(
         ``keep_params_as_input=True``); a module whose weights are constants needs none.
     input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
         input channels-last (a PyTorch channels_last tensor's memory as is).
+    output_layout: None keeps main's outputs; "NHWC" returns every 4-D NCHW output
+        channels-last (an image-to-image model fed NHWC then has no transform at all).
     strict: raise StrictModeError instead of falling back to TVM's kernel, or of leaving
         a kernel or the module as it was where a step of ours fails (None: as an
         enclosing ``with accel_target.strict():`` says, else False).
@@ -293,9 +330,11 @@ def build(
     which kernel every op got, and which step declined what (left it as it was) and why.
     """
     if weights not in deploy.WEIGHT_MODES:
-        raise ValueError(f"accel build: weights={weights!r} is not supported; supported: {', '.join(deploy.WEIGHT_MODES)}")
+        raise ValueError(
+            f"accel build: weights={weights!r} is not supported; supported: {', '.join(deploy.WEIGHT_MODES)}"
+        )
     with _strictness(strict), recording_declines() as declines:
-        lowered, report = _optimize(mod, params, target, input_layout, None, tuning_db)
+        lowered, report = _optimize(mod, params, target, input_layout, None, tuning_db, output_layout)
         lifted = None
         if weights == "separate":
             lowered, lifted = deploy.lift_weights(lowered)
@@ -319,8 +358,7 @@ def report(executable_or_module) -> Report:
         stored = getattr(executable_or_module, "accel_report", None)
         if stored is None:
             rows = tuple(
-                OpRow("kernel", (), "", "accel" if is_accel_kernel(name) else "tvm", name)
-                for name in kernels.calls
+                OpRow("kernel", (), "", "accel" if is_accel_kernel(name) else "tvm", name) for name in kernels.calls
             )
             stored = Report(rows)
         return stored.with_kernels(kernels)

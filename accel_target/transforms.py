@@ -51,7 +51,13 @@ BROADCAST = "relax.broadcast_to"
 SQUEEZE = "relax.squeeze"
 # elementwise ops of one tensor: f(reshape(x)) == reshape(f(x))
 UNARY_ELEMENTWISE = {
-    "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.erf",
+    "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.nn.relu",
+    "relax.nn.silu",
+    "relax.sigmoid",
+    "relax.tanh",
+    "relax.erf",
 }
 # and of two: f(reshape(x), c) == reshape(f(x, c)) for a scalar c, f(reshape(x), y) == reshape(f(x, reshape(y)))
 BINARY_ELEMENTWISE = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
@@ -110,7 +116,7 @@ def _moves_only_unit_axes(shape: list[int], axes: list[int]) -> bool:
 
 @mutator
 class _LayoutSimplifier(PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name == PERMUTE:
@@ -129,7 +135,10 @@ class _LayoutSimplifier(PyExprMutator):
         if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
             new = self._elementwise_before_reshape(call)
             return call if new is None else new
-        rewrites = {MATMUL: (self._unbroadcast_weight, self._absorb_flatten), CONV2D: (self._conv_as_pad, self._absorb_pad)}
+        rewrites = {
+            MATMUL: (self._unbroadcast_weight, self._absorb_flatten),
+            CONV2D: (self._conv_as_pad, self._absorb_pad),
+        }
         for rewrite in rewrites.get(name, ()):
             new = rewrite(call)
             if new is not None:
@@ -233,9 +242,16 @@ class _LayoutSimplifier(PyExprMutator):
         if extra is None:
             return None
         return relax.op.nn.conv2d(
-            pad.args[0], call.args[1], strides=attrs.strides, padding=[int(p) + e for p, e in zip(attrs.padding, extra)],
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
-            out_layout=attrs.out_layout, out_dtype=attrs.out_dtype,
+            pad.args[0],
+            call.args[1],
+            strides=attrs.strides,
+            padding=[int(p) + e for p, e in zip(attrs.padding, extra)],
+            dilation=attrs.dilation,
+            groups=attrs.groups,
+            data_layout=attrs.data_layout,
+            kernel_layout=attrs.kernel_layout,
+            out_layout=attrs.out_layout,
+            out_dtype=attrs.out_dtype,
         )
 
     def _conv_as_pad(self, call: relax.Call) -> relax.Expr | None:
@@ -248,9 +264,12 @@ class _LayoutSimplifier(PyExprMutator):
         channels = shape[layout.index("C")]
         w = constant_array(weight)
         if (
-            int(attrs.groups) != channels or w.size != channels or np.any(w != 1)
+            int(attrs.groups) != channels
+            or w.size != channels
+            or np.any(w != 1)
             or any(int(v) != 1 for v in (*attrs.strides, *attrs.dilation))
-            or str(attrs.out_layout) != layout or str(call.ty.dtype) != str(call.args[0].ty.dtype)
+            or str(attrs.out_layout) != layout
+            or str(call.ty.dtype) != str(call.args[0].ty.dtype)
         ):
             return None
         top, left, bottom, right = (int(v) for v in attrs.padding)
@@ -302,7 +321,7 @@ class _LayoutSimplifier(PyExprMutator):
             widths = [int(v) for v in attrs.pad_width]
             new_widths = [0] * len(widths)
             for i, axis in enumerate(p):  # axis i of the permuted tensor is axis p[i] of x
-                new_widths[2 * axis: 2 * axis + 2] = widths[2 * i: 2 * i + 2]
+                new_widths[2 * axis : 2 * axis + 2] = widths[2 * i : 2 * i + 2]
             moved = relax.op.nn.pad(x, new_widths, pad_mode=str(attrs.pad_mode), pad_value=float(attrs.pad_value))
         return self.builder_.normalize(relax.op.permute_dims(self.builder_.emit(moved), p))
 
@@ -324,13 +343,17 @@ class _LayoutSimplifier(PyExprMutator):
             return None
         # rows of W follow the permuted trailing axes; reorder them to follow x's own
         permuted_shape = [x_shape[a] for a in axes[1:]]
-        rows = w.reshape(permuted_shape + [w.shape[1]]).transpose([axes.index(j) - 1 for j in range(1, len(axes))] + [len(axes) - 1])
+        rows = w.reshape(permuted_shape + [w.shape[1]]).transpose(
+            [axes.index(j) - 1 for j in range(1, len(axes))] + [len(axes) - 1]
+        )
         new_flat = self.builder_.emit(relax.op.reshape(x, flat_shape))
-        return relax.op.matmul(new_flat, relax.const(np.ascontiguousarray(rows.reshape(w.shape))), out_dtype=call.attrs.out_dtype)
+        return relax.op.matmul(
+            new_flat, relax.const(np.ascontiguousarray(rows.reshape(w.shape))), out_dtype=call.attrs.out_dtype
+        )
 
 
 @tvm.transform.module_pass(opt_level=0, name="SimplifyLayouts")
-class SimplifyLayouts:  # pylint: disable=too-few-public-methods
+class SimplifyLayouts:
     """The rewrites listed in this module's docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -339,7 +362,7 @@ class SimplifyLayouts:  # pylint: disable=too-few-public-methods
 
 @mutator
 class _PadAsConv(PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         padding = _conv_padding_of_pad(call, "NCHW") if _op_name(call) == PAD else None
         if padding is None:
@@ -352,7 +375,7 @@ class _PadAsConv(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="PadAsConv")
-class PadAsConv:  # pylint: disable=too-few-public-methods
+class PadAsConv:
     """A zero pad of the spatial axes of an NCHW tensor as the identity depthwise
     1x1 conv2d with that padding, so that ConvertLayout converts it with the
     convolutions around it: TVM 0.27 has no FRelaxInferLayout for nn.pad (and
@@ -378,7 +401,9 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     if layout is None or layout == "NCHW":
         return mod
     if layout not in SUPPORTED_INPUT_LAYOUTS:
-        raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}")
+        raise ValueError(
+            f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}"
+        )
     func = mod[function]
     perm_to_nchw, perm_from_nchw = permutation(layout, "NCHW"), permutation("NCHW", layout)
     new_params, bindings = [], []
@@ -387,14 +412,66 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
         if shape is None or len(shape) != 4 or i >= num_inputs(func):
             new_params.append(param)
             continue
-        new = relax.Var(f"{param.name}_{layout.lower()}", relax.TensorType([shape[axis] for axis in perm_from_nchw], param.ty.dtype))
+        new = relax.Var(
+            f"{param.name}_{layout.lower()}", relax.TensorType([shape[axis] for axis in perm_from_nchw], param.ty.dtype)
+        )
         new_params.append(new)
         bindings.append(relax.VarBinding(param, relax.op.permute_dims(new, perm_to_nchw)))
     if not bindings:
-        shapes = ", ".join(f"{p.name}: {static_shape(p) if isinstance(p.ty, relax.TensorType) else p.ty}" for p in func.params)
+        shapes = ", ".join(
+            f"{p.name}: {static_shape(p) if isinstance(p.ty, relax.TensorType) else p.ty}" for p in func.params
+        )
         raise ValueError(f"input_layout={layout!r} needs a 4-D NCHW image input, but {function}() takes ({shapes})")
     body = relax.SeqExpr([relax.BindingBlock(bindings)] + list(func.body.blocks), func.body.body)
     new_func = relax.Function(new_params, body, func.ret_ty, func.is_pure, func.attrs)
+    return relax.transform.Normalize()(with_function(mod, function, new_func))
+
+
+def convert_output_layout(mod: tvm.IRModule, layout: str | None, function: str = "main") -> tvm.IRModule:
+    """`mod` whose `function` returns every 4-D output (an NCHW image) in `layout` instead.
+
+    The body ends by permuting those outputs from NCHW; after ConvertLayout that
+    permute cancels against the one after the last convolution. None or "NCHW"
+    leaves the module as it is.
+    """
+    if layout is None or layout == "NCHW":
+        return mod
+    if layout not in SUPPORTED_INPUT_LAYOUTS:
+        raise ValueError(
+            f"output_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}"
+        )
+    func, perm = mod[function], permutation("NCHW", layout)
+    bindings = []
+
+    def bind(value: relax.Expr, ty) -> relax.Var:
+        var = relax.Var(f"out{len(bindings)}", ty)
+        bindings.append(relax.VarBinding(var, value))
+        return var
+
+    def convert(expr: relax.Expr, ty) -> tuple[relax.Expr, object]:
+        """(`expr` with its 4-D outputs permuted, its type)"""
+        if isinstance(ty, relax.TupleType):
+            fields = [convert(bind(relax.TupleGetItem(expr, i), t), t) for i, t in enumerate(ty.fields)]
+            return relax.Tuple([f for f, _ in fields]), relax.TupleType([t for _, t in fields])
+        shape = [int(d) for d in ty.shape.values] if isinstance(ty, relax.TensorType) and ty.shape else None
+        if shape is None or len(shape) != 4:
+            return expr, ty
+        permuted = relax.TensorType([shape[axis] for axis in perm], ty.dtype)
+        return bind(relax.op.permute_dims(expr, perm), permuted), permuted
+
+    result, ret_ty = convert(func.body.body, func.ret_ty)
+    if not any(isinstance(b.value, relax.Call) for b in bindings):
+        raise ValueError(
+            f"output_layout={layout!r} needs a 4-D NCHW image output, but {function}() returns {func.ret_ty}"
+        )
+    # in main's last dataflow block, if it ends with one, so that the permutes cancel
+    blocks = list(func.body.blocks)
+    if blocks and isinstance(blocks[-1], relax.DataflowBlock):
+        blocks[-1] = relax.DataflowBlock(list(blocks[-1].bindings) + bindings)
+    else:
+        blocks.append(relax.BindingBlock(bindings))
+    body = relax.SeqExpr(blocks, result)
+    new_func = relax.Function(func.params, body, ret_ty, func.is_pure, func.attrs)
     return relax.transform.Normalize()(with_function(mod, function, new_func))
 
 
@@ -414,11 +491,19 @@ def with_function(mod: tvm.IRModule, name: str, func) -> tvm.IRModule:
 
 
 _BINARY = {
-    "relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
-    "relax.divide": np.divide, "relax.power": np.power, "relax.maximum": np.maximum, "relax.minimum": np.minimum,
+    "relax.add": np.add,
+    "relax.subtract": np.subtract,
+    "relax.multiply": np.multiply,
+    "relax.divide": np.divide,
+    "relax.power": np.power,
+    "relax.maximum": np.maximum,
+    "relax.minimum": np.minimum,
 }
 _UNARY = {
-    "relax.sqrt": np.sqrt, "relax.rsqrt": lambda a: 1 / np.sqrt(a), "relax.exp": np.exp, "relax.negative": np.negative,
+    "relax.sqrt": np.sqrt,
+    "relax.rsqrt": lambda a: 1 / np.sqrt(a),
+    "relax.exp": np.exp,
+    "relax.negative": np.negative,
 }
 
 
@@ -429,16 +514,20 @@ def _shape_arg(expr) -> list[int]:
 _SHAPE_OPS = {
     "relax.reshape": lambda a, call: a.reshape(_shape_arg(call.args[1])),
     "relax.broadcast_to": lambda a, call: np.broadcast_to(a, _shape_arg(call.args[1])),
-    "relax.permute_dims": lambda a, call: a.transpose(None if call.attrs.axes is None else [int(x) for x in call.attrs.axes]),
+    "relax.permute_dims": lambda a, call: a.transpose(
+        None if call.attrs.axes is None else [int(x) for x in call.attrs.axes]
+    ),
     "relax.expand_dims": lambda a, call: np.expand_dims(a, tuple(int(x) for x in call.attrs.axis)),
-    "relax.squeeze": lambda a, call: np.squeeze(a, None if call.attrs.axis is None else tuple(int(x) for x in call.attrs.axis)),
+    "relax.squeeze": lambda a, call: np.squeeze(
+        a, None if call.attrs.axis is None else tuple(int(x) for x in call.attrs.axis)
+    ),
     "relax.astype": lambda a, call: a,  # the cast to the call's dtype below does it
 }
 
 
 @mutator
 class _NumpyFolder(PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name not in _BINARY and name not in _UNARY and name not in _SHAPE_OPS:
@@ -459,7 +548,7 @@ class _NumpyFolder(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")
-class FoldConstantNumpy:  # pylint: disable=too-few-public-methods
+class FoldConstantNumpy:
     """Fold elementwise and shape ops on constants in numpy.
 
     TVM's FoldConstant compiles one kernel with LLVM for every op it folds
@@ -474,14 +563,16 @@ class FoldConstantNumpy:  # pylint: disable=too-few-public-methods
 
 @mutator
 class _FastMath(PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name not in ("relax.nn.gelu", "relax.nn.softmax") or str(call.ty.dtype) != "float32":
             return call
         x = call.args[0]
         if name == "relax.nn.softmax":
-            return self.builder_.call_te(topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax")
+            return self.builder_.call_te(
+                topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax"
+            )
         scaled = self.builder_.emit(relax.op.multiply(x, relax.const(0.7071067811865476, "float32")))
         erf = self.builder_.emit(self.builder_.call_te(topi.fast_erf, scaled, primfunc_name_hint="fast_erf"))
         half_x = self.builder_.emit(relax.op.multiply(x, relax.const(0.5, "float32")))
@@ -489,7 +580,7 @@ class _FastMath(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="FastMath")
-class FastMath:  # pylint: disable=too-few-public-methods
+class FastMath:
     """GELU and softmax with TVM's vectorizable fast_erf / fast_exp instead of libm's
     scalar erff / expf (a third of BERT's softmax time).
 

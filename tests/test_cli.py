@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 def accel_tvm(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "accel_target", *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "accel_target", *map(str, args)], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def _onnx_cnn(path):
@@ -33,9 +35,17 @@ def _onnx_cnn(path):
         helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1),
     ]
     graph = helper.make_graph(
-        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        [init("w1", (16, 3, 3, 3)), init("b1", (16,)), init("w2", (16, 1, 3, 3)), init("w3", (10, 16)), init("b3", (10,))],
+        [
+            init("w1", (16, 3, 3, 3)),
+            init("b1", (16,)),
+            init("w2", (16, 1, 3, 3)),
+            init("w3", (10, 16)),
+            init("b3", (10,)),
+        ],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
     return path
@@ -121,7 +131,9 @@ def test_bench_table_and_plot(workdir):
 
 
 def test_torch_export_program(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)
+    ).eval()
     x = torch.randn(1, 3, 8, 8)
     torch.export.save(torch.export.export(model, (x,)), tmp_path / "m.pt2")
     np.save(tmp_path / "x.npy", x.numpy())
@@ -153,10 +165,14 @@ def test_error_malformed_onnx(tmp_path):
 
 def test_error_unsupported_op(tmp_path):
     graph = helper.make_graph(
-        [helper.make_node("Det", ["x"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [helper.make_node("Det", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "det.onnx")
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "det.onnx"
+    )
     _error(accel_tvm("report", "det.onnx", cwd=tmp_path), "not supported", "Det")
 
 
@@ -169,7 +185,9 @@ def test_error_wrong_input_shape_and_dtype(workdir):
     d, _ = workdir
     np.save(d / "small.npy", np.zeros((1, 3, 30, 32), "float32"))
     np.save(d / "double.npy", np.zeros((1, 3, 32, 32), "float64"))
-    _error(accel_tvm("run", "cnn.so", "--input", "small.npy", cwd=d), "expected shape [1, 3, 32, 32], given [1, 3, 30, 32]")
+    _error(
+        accel_tvm("run", "cnn.so", "--input", "small.npy", cwd=d), "expected shape [1, 3, 32, 32], given [1, 3, 30, 32]"
+    )
     _error(accel_tvm("run", "cnn.so", "--input", "double.npy", cwd=d), "expected dtype float32, given float64")
 
 
@@ -183,3 +201,39 @@ def test_console_script_is_installed():
     assert exe is not None
     result = subprocess.run([exe, "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "compile" in result.stdout and "bench" in result.stdout
+
+
+def _onnx_image_to_image(path):
+    rng = np.random.default_rng(2)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype("float32"), n)
+        for n, s in [("w1", (8, 3, 3, 3)), ("b1", (8,)), ("w2", (4, 8, 1, 1))]
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "image_to_image",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 12])],
+        weights,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+
+
+def test_channels_last_in_and_out_has_no_transform(tmp_path):
+    _onnx_image_to_image(tmp_path / "seg.onnx")
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 12)).astype("float32")
+    np.save(tmp_path / "x_nhwc.npy", x.transpose(0, 2, 3, 1))
+    layouts = ["--input-layout", "NHWC", "--output-layout", "NHWC"]
+    compiled = accel_tvm("compile", "seg.onnx", "-o", "seg.so", *layouts, "--json", cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    assert json.loads(compiled.stdout)["report"]["runtime"]["activation_transforms"] == 0
+    ran = accel_tvm("run", "seg.so", "--input", "x_nhwc.npy", "--output", "y.npy", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    session = onnxruntime.InferenceSession(str(tmp_path / "seg.onnx"), providers=["CPUExecutionProvider"])
+    (reference,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-5)

@@ -103,3 +103,38 @@ def test_transformer_attention_matmuls_run_on_batch_matmul_kernel():
     batched = [r for r in report.rows if r.kernel == "batch_matmul_kn.accel"]
     assert len(batched) == 2 and report.count("fallback") == 0
     assert _executable_calls(executable, "batch_matmul_kn") == 2
+
+
+class _Segmenter(torch.nn.Module):
+    """Image to image: a strided encoder, bilinear upsampling back, per-pixel logits (NCHW)."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        nn = torch.nn
+        self.encoder = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 32, 3, 1, 1), nn.ReLU()
+        )
+        self.head = nn.Conv2d(32, classes, 1)
+
+    def forward(self, x):
+        logits = self.head(self.encoder(x))
+        return torch.nn.functional.interpolate(logits, size=x.shape[2:], mode="bilinear", align_corners=False)
+
+
+@pytest.mark.parametrize("output_layout", [None, "NHWC"])
+def test_image_to_image_model_in_and_out_channels_last(output_layout):
+    torch.manual_seed(0)
+    model, x = _Segmenter().eval(), torch.randn(1, 3, 32, 24)
+    mod = accel_target.from_torch(model, (x,))
+    executable = accel_target.build(mod, input_layout="NHWC", output_layout=output_layout)
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    ref = model(x).detach()
+    assert_close(out, (ref.permute(0, 2, 3, 1) if output_layout else ref).numpy())
+    # NCHW logits cost one transpose at the end; channels-last ones none at all
+    assert accel_target.report(executable).kernels.layout_transforms == (0 if output_layout else 1)
+
+
+def test_output_layout_needs_an_image_output():
+    model, x, _ = make("residual_cnn")
+    with pytest.raises(ValueError, match=r"output_layout='NHWC' needs a 4-D NCHW image output"):
+        accel_target.build(accel_target.from_torch(model, (x,)), output_layout="NHWC")
