@@ -6,32 +6,18 @@ from tvm import relax
 
 import topi_accel
 
+from .conv2d import plain_layout_condition
 from .dispatch import kernel_call
-from .layout import dtype_reason, is_permutation, pack_weight, static_shape, to_layout
+from .layout import pack_weight, static_shape, to_layout
 from .registry import register
 
-SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
 # the kernel's name: conv1d runs on conv2d_nhwc_ohwi (H = 1), whose write-back takes the epilogues
 KERNEL = "conv2d_nhwc_ohwi"
 
 
 def conv1d_condition(call: relax.Call) -> str | None:
     """conv1d_nwc_owi.accel takes any plain layout of float32 data with static shapes."""
-    attrs = call.attrs
-    data, kernel = call.args
-    for what, layout, axes in (
-        ("data_layout", attrs.data_layout, "NCW"),
-        ("kernel_layout", attrs.kernel_layout, "OIW"),
-        ("out_layout", attrs.out_layout, "NCW"),
-    ):
-        if not is_permutation(str(layout), axes):
-            return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
-    reason = dtype_reason(call, SUPPORTED_DTYPES)
-    if reason is not None:
-        return reason
-    if static_shape(data) is None or static_shape(kernel) is None:
-        return "symbolic shapes are not supported"
-    return None
+    return plain_layout_condition(call, "NCW", "OIW")
 
 
 def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:

@@ -14,14 +14,15 @@ from .registry import register
 SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
 
 
-def conv2d_condition(call: relax.Call) -> str | None:
-    """conv2d_nhwc_ohwi.accel takes any plain layout of float32 data with static shapes."""
+def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -> str | None:
+    """None when a convolution `call` has any plain order of `data_axes` / `kernel_axes`
+    (its output too), float32 data and static shapes; else why not."""
     attrs = call.attrs
     data, kernel = call.args
     for what, layout, axes in (
-        ("data_layout", attrs.data_layout, "NCHW"),
-        ("kernel_layout", attrs.kernel_layout, "OIHW"),
-        ("out_layout", attrs.out_layout, "NCHW"),
+        ("data_layout", attrs.data_layout, data_axes),
+        ("kernel_layout", attrs.kernel_layout, kernel_axes),
+        ("out_layout", attrs.out_layout, data_axes),
     ):
         if not is_permutation(str(layout), axes):
             return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
@@ -31,6 +32,11 @@ def conv2d_condition(call: relax.Call) -> str | None:
     if static_shape(data) is None or static_shape(kernel) is None:
         return "symbolic shapes are not supported"
     return None
+
+
+def conv2d_condition(call: relax.Call) -> str | None:
+    """conv2d_nhwc_ohwi.accel takes any plain layout of float32 data with static shapes."""
+    return plain_layout_condition(call, "NCHW", "OIHW")
 
 
 def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
