@@ -26,6 +26,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 from . import workshare
+from .knobs import ceil_div
 
 PREFETCH = "accel_prefetch"
 # reduction steps of the register tile between two rounds of prefetches
@@ -53,7 +54,7 @@ def prefetch_next_panel(
     outer, _ = sch.split(reduction, [None, STEPS])
     # outer iteration p prefetches the floats [(p + per_panel) * share, + share): its share of
     # the panel per_panel iterations further on, i.e. of the next one
-    sch.annotate(outer, PREFETCH, [buffer_index, -(-panel // per_panel), per_panel])
+    sch.annotate(outer, PREFETCH, [buffer_index, ceil_div(panel, per_panel), per_panel])
 
 
 def prefetch(buffer, offset) -> tirx.Stmt:
@@ -76,11 +77,11 @@ def _prefetches(loops: list[tirx.For], outer: tirx.Var, params, fetch) -> tirx.S
     for loop in loops:
         iteration = iteration * const(int(loop.extent)) + tirx.Cast(dtype, loop.loop_var - loop.min)
         iterations *= int(loop.extent)
-    step = -(-share // iterations)  # floats per iteration
+    step = ceil_div(share, iterations)  # floats per iteration
     line = tirx.Var("prefetch_line", dtype)
     start = (tirx.Cast(dtype, outer) + const(ahead)) * const(share) + iteration * const(step)
     offset = tirx.floormod(start + line * const(LINE_FLOATS), const(total))
-    return tirx.For(line, const(0), const(-(-step // LINE_FLOATS)), tirx.ForKind.UNROLLED, fetch(buffer, offset))
+    return tirx.For(line, const(0), const(ceil_div(step, LINE_FLOATS)), tirx.ForKind.UNROLLED, fetch(buffer, offset))
 
 
 def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list, inserted: list) -> tirx.Stmt:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, tirx
 
+from .knobs import ceil_div
+
 CLAIM = "accel_claim_iteration"
 PEEK = "accel_claimed_so_far"
 # CLAIM: the counter's old value, incremented atomically; PEEK: its value, loaded atomically
@@ -77,8 +79,8 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     each with a counter: a thread claims the chunks of its slice, then those left in the
     others'."""
     n, index = int(loop.extent), loop.extent.ty.dtype
-    chunk = -(-n // MAX_CLAIMS)
-    chunks = -(-n // chunk)
+    chunk = ceil_div(n, MAX_CLAIMS)
+    chunks = ceil_div(n, chunk)
     slices = min(slices, chunks)
     counters = tirx.decl_buffer((slices * COUNTER_STRIDE,), "int32", "accel_claim_counters")
     claimed = tirx.decl_buffer((1,), "int32", "accel_claimed", scope="local")
