@@ -338,11 +338,15 @@ class Deployed:
     @property
     def vm(self) -> relax.VirtualMachine:
         """The calling thread's VirtualMachine (made on its first use, dropped with the thread)."""
+        return self._thread_state().vm
+
+    def _thread_state(self):
+        """The calling thread's VM and its main function, made on first use."""
         local = self._local
         if not hasattr(local, "vm"):
             local.vm = relax.VirtualMachine(self.module, self.device)
             local.main = local.vm["main"]
-        return local.vm
+        return local
 
     def check_inputs(self, inputs) -> list:
         """`inputs` checked against the signature and converted to tvm Tensors on the device."""
@@ -373,11 +377,7 @@ class Deployed:
         return tensors
 
     def __call__(self, *inputs):
-        tensors = self.check_inputs(inputs)
-        main = getattr(self._local, "main", None)
-        if main is None:
-            main = self.vm["main"]  # (makes this thread's VM)
-        return main(*tensors, *self.weights)
+        return self._thread_state().main(*self.check_inputs(inputs), *self.weights)
 
     def time_ms(self, *inputs, number: int = 10) -> float:
         """Mean time of `number` runs on `inputs`, in ms (TVM's time_evaluator)."""

@@ -388,7 +388,7 @@ class PadAsConv:
         return _rewrite_functions(_PadAsConv, mod)
 
 
-SUPPORTED_INPUT_LAYOUTS = ("NCHW", "NHWC")
+SUPPORTED_LAYOUTS = ("NCHW", "NHWC")
 
 
 def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = "main") -> tvm.IRModule:
@@ -400,10 +400,8 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     """
     if layout is None or layout == "NCHW":
         return mod
-    if layout not in SUPPORTED_INPUT_LAYOUTS:
-        raise ValueError(
-            f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}"
-        )
+    if layout not in SUPPORTED_LAYOUTS:
+        raise ValueError(f"input_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_LAYOUTS)}")
     func = mod[function]
     perm_to_nchw, perm_from_nchw = permutation(layout, "NCHW"), permutation("NCHW", layout)
     new_params, bindings = [], []
@@ -436,10 +434,8 @@ def convert_output_layout(mod: tvm.IRModule, layout: str | None, function: str =
     """
     if layout is None or layout == "NCHW":
         return mod
-    if layout not in SUPPORTED_INPUT_LAYOUTS:
-        raise ValueError(
-            f"output_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_INPUT_LAYOUTS)}"
-        )
+    if layout not in SUPPORTED_LAYOUTS:
+        raise ValueError(f"output_layout={layout!r} is not supported; supported: None, {', '.join(SUPPORTED_LAYOUTS)}")
     func, perm = mod[function], permutation("NCHW", layout)
     bindings = []
 
