@@ -16,10 +16,10 @@ from strategy import Decision, Decline, StrictModeError, recording, recording_de
 
 from . import pipeline as _pipeline
 from . import target as _target
-from .deploy import load, save
+from .deploy import AccelExecutable, load, save
 from .frontend import from_onnx, from_torch
 from .pipeline import build, optimize, report, tune
-from .report import Report
+from .reporting import Report
 from .target import host_cores, host_cpu, is_accel, machine, num_threads, target_config
 
 _target.register()
@@ -27,6 +27,7 @@ _strategy.install()
 _pipeline.register()
 
 __all__ = [
+    "AccelExecutable",
     "Decision",
     "Decline",
     "Report",

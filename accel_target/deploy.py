@@ -20,8 +20,10 @@ A machine with TVM's runtime alone (no accel_target) runs it with::
 
 `load` does the same and binds the weights: ``load("model.so")(x)``.
 
-`save` also writes the model's signature to ``PATH.json`` (`write_signature`): its
-inputs (name, shape, dtype), its weights' shapes and the library's SHA-256. `load`
+`build` returns an `AccelExecutable`: TVM's VMExecutable with the build's report and,
+with separate weights, their values. `save` writes the model's signature to ``PATH.json``
+(`write_signature`): its inputs (name, shape, dtype), its weights' shapes, the library's
+SHA-256 and the report, which a loaded model has again (``Deployed.report``). `load`
 needs it and checks it against the library, the weights file and the executable's own
 parameter checks, so a missing, stale or edited file is a clear error, not a crash;
 a `Deployed` model checks every call's inputs against it (`check_inputs`).
@@ -47,12 +49,32 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .reporting import Report
 from .transforms import num_inputs, with_function
 
 WEIGHTS_SUFFIX = ".params"
 SIGNATURE_SUFFIX = ".json"
 SIGNATURE_FORMAT = "accel-signature/1"
 WEIGHT_MODES = ("embedded", "separate")
+
+
+class AccelExecutable(relax.VMExecutable):
+    """What `accel_target.build` returns: a VMExecutable (for relax.VirtualMachine,
+    export_library, `save`) that keeps what the build knows about it.
+
+    report: the build's accel_target.Report (`accel_target.report(executable)`).
+    weights: with ``build(weights="separate")``, the values of main's trailing weight
+        parameters, in order (`save` writes them beside the library); None otherwise.
+    """
+
+    def __init__(self, executable: relax.VMExecutable, report: Report, weights: list | None = None):
+        super().__init__(executable.mod)
+        self.report = report
+        self.weights = weights
+
+
+def _weights_of(executable) -> list:
+    return (executable.weights or []) if isinstance(executable, AccelExecutable) else []
 
 
 @mutator
@@ -152,11 +174,14 @@ def _sha256(path: str) -> str:
 
 
 def write_signature(executable, library: str | os.PathLike, meta: dict | None = None) -> str:
-    """Write ``library + ".json"``: main's inputs, the weights' shapes, the library's SHA-256
-    and `meta` (e.g. the model file and input layout the CLI records). Returns its path."""
+    """Write ``library + ".json"``: main's inputs, the weights' shapes, the library's SHA-256,
+    the report of an AccelExecutable and `meta` (e.g. the model file and input layout the CLI
+    records). Returns its path."""
     library = os.fspath(library)
-    weights = getattr(executable, "accel_weights", None) or []
+    weights = _weights_of(executable)
     signature = dict(meta or {})
+    if isinstance(executable, AccelExecutable):
+        signature["report"] = executable.report.to_dict()
     signature.update(
         {
             "format": SIGNATURE_FORMAT,
@@ -178,7 +203,7 @@ def save(executable: relax.VMExecutable, library: str | os.PathLike, meta: dict 
     library, params = os.fspath(library), weights_path(library)
     executable.export_library(library)
     write_signature(executable, library, meta)
-    weights = getattr(executable, "accel_weights", None)
+    weights = _weights_of(executable)
     if not weights:
         if os.path.isfile(params):  # a stale file would be passed to this main
             os.remove(params)
@@ -197,9 +222,19 @@ def _spec_from_json(entry, where: str) -> TensorSpec:
     return TensorSpec(entry.get("name", ""), None if shape is None else tuple(shape), entry["dtype"])
 
 
+def _report_from_json(entry) -> Report | None:
+    if entry is None:
+        return None
+    try:
+        return Report.from_dict(entry)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise ValueError(f"its report is not one that Report.to_dict writes ({type(err).__name__}: {err})") from None
+
+
 def read_signature(library: str | os.PathLike) -> dict:
     """The signature `save` wrote beside `library`, checked for form and against the library's
-    SHA-256: {"inputs": [TensorSpec], "weights": [TensorSpec], ...the rest as written}."""
+    SHA-256: {"inputs": [TensorSpec], "weights": [TensorSpec], "report": Report or None,
+    ...the rest as written}."""
     library, path = os.fspath(library), signature_path(library)
     if not os.path.isfile(path):
         raise FileNotFoundError(
@@ -216,6 +251,7 @@ def read_signature(library: str | os.PathLike) -> dict:
                 raise ValueError(f"its {key!r} is {signature.get(key)!r}, not a list")
         signature["inputs"] = [_spec_from_json(e, f"input {i}") for i, e in enumerate(signature["inputs"])]
         signature["weights"] = [_spec_from_json(e, f"weight {i}") for i, e in enumerate(signature["weights"])]
+        signature["report"] = _report_from_json(signature.get("report"))
     except ValueError as err:  # json.JSONDecodeError included
         raise ValueError(f"accel load: signature file {path!r} is malformed: {err}; save the model again") from None
     if signature.get("library_sha256") != _sha256(library):
@@ -276,6 +312,7 @@ class Deployed:
 
     Safe to call from many threads at once: each thread gets a VirtualMachine of its own
     (`vm`), and all share the library and the weights, which the kernels only read.
+    `report` is the build's accel_target.Report, as `save` wrote it (None if it wrote none).
     """
 
     def __init__(self, library: str | os.PathLike, device=None, *, check_finite: bool = True):
@@ -287,6 +324,7 @@ class Deployed:
         self.check_finite = check_finite
         signature = read_signature(library)
         self.signature = signature
+        self.report: Report | None = signature["report"]
         self.inputs: list[TensorSpec] = signature["inputs"]
         self.module = tvm.runtime.load_module(library)
         self.weights = self._load_weights(signature["weights"])

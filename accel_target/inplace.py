@@ -11,7 +11,7 @@ TVM's own ``DataflowUseInplaceCalls`` makes elementwise ops in place before
 fusion, which leaves them as in-place loops of their own that no schedule can
 inline into a kernel's write-back; this pass works after the accel schedules:
 
-* the kernel (an accel kernel, single output) must read the input only in the
+* the kernel (an accel kernel: topi_accel.accel_impl, single output) must read the input only in the
   block that writes its output, at the same element it writes, and read the output
   nowhere (`in_place_input`);
 * the input must be a tensor made by a kernel of the same function, this call its
@@ -26,8 +26,6 @@ A kernel on which the analysis or the rewrite raises keeps its calls as they wer
 """
 
 from __future__ import annotations
-
-import ast
 
 import tvm
 import tvm_ffi
@@ -65,6 +63,8 @@ def in_place_input(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
     write = next(w for w in writer.writes if w.source.name == out)
     out_type = func.params[num_inputs].ty
     for index, param in enumerate(func.params[:num_inputs]):
+        if not hasattr(param.ty, "shape"):  # a scalar: a shape variable (topi_accel.symbolic)
+            continue
         if not (tvm_ffi.structural_equal(param.ty.shape, out_type.shape) and param.ty.dtype == out_type.dtype):
             continue
         readers = [b for b in blocks if any(r.source.name == param.name for r in b.reads)]
@@ -74,27 +74,33 @@ def in_place_input(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
     return None
 
 
-class _Rename(ast.NodeTransformer):
-    def __init__(self, old: str, new: str):
-        self.old, self.new = old, new
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
-
-
 def read_from_output(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
-    """`func` without its parameter `index`: it reads that tensor from its output buffer.
+    """`func` without its parameter `index`: it reads that tensor from its output buffer (the
+    last parameter), which has the same shape and dtype.
 
-    TVM 0.27 has no TIR rewriting from Python; the function's TVMScript (which
-    round-trips: the parser rebuilds an equal function) is edited as Python syntax.
+    The parameter becomes a match_buffer of the whole output in the root block, an alias
+    that TVM's LowerMatchBuffer then substitutes everywhere (it leaves the function
+    schedulable, its blocks and annotations as they were).
     """
-    name = func.params[index].name
-    tree = ast.parse(func.script())
-    definition = next(node for node in tree.body if isinstance(node, ast.FunctionDef))
-    output = definition.args.args[-1].arg
-    del definition.args.args[index]
-    _Rename(name, output).visit(definition)
-    return tvm.script.from_source(ast.unparse(tree), extra_vars={"T": tvm.script.tirx})
+    param, output = func.params[index], func.params[-1]
+    whole = tvm.tirx.BufferRegion(output, [tvm.ir.Range.from_min_extent(0, d) for d in output.ty.shape])
+    realize = func.body
+    root = realize.block
+    root = s_tir.SBlock(
+        root.iter_vars,
+        root.reads,
+        root.writes,
+        root.name_hint,
+        root.body,
+        root.init,
+        root.alloc_buffers,
+        [*root.match_buffers, s_tir.MatchBufferRegion(param, whole)],
+        root.annotations,
+    )
+    params = [p for i, p in enumerate(func.params) if i != index]
+    body = s_tir.SBlockRealize(realize.iter_values, realize.predicate, root)
+    aliased = tvm.tirx.PrimFunc(params, body, func.ret_type, func.attrs)
+    return s_tir.transform.LowerMatchBuffer()(tvm.IRModule({"main": aliased}))["main"]
 
 
 def _last_reads(func: relax.Function) -> dict:
@@ -131,7 +137,7 @@ class _InPlace(PyExprMutator):
     @staticmethod
     def _candidate(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
         """`in_place_input` of an accel kernel; None for any other."""
-        return in_place_input(func, num_inputs) if topi_accel.contains_accel_kernel(func) else None
+        return in_place_input(func, num_inputs) if topi_accel.epilogue.accel_impl(func) is not None else None
 
     def _fresh(self, var, reader) -> bool:
         """`var` is a tensor a kernel of this function made, read for the last time by

@@ -7,17 +7,32 @@ as installed (so a second install, or a re-import, changes nothing).
 An implementation whose condition or legalization raises is declined for that call
 (recorded, see registry.decline) and the next one is tried, then TVM's own: a
 failing strategy never fails the build, except in strict mode.
+
+The decision travels with the kernels, as PrimFunc attributes that the report reads:
+an implementation's legalization adds its kernel through `kernel_call`, which marks it
+(topi_accel.epilogue.mark_kernel: the attribute and output-block annotation IMPL, read
+by epilogue inlining, WriteInPlace and the report) and records the implementations
+skipped before it (SKIPPED); a fallback to TVM's kernel gets FALLBACK (the reasons) and
+SKIPPED. An implementation whose legalization made no kernel through `kernel_call` is
+declined like one that raised.
 """
 
 from __future__ import annotations
+
+import contextvars
 
 import tvm
 from tvm import relax
 from tvm.ir import Op
 
+from topi_accel.epilogue import IMPL, mark_kernel
+
 from .registry import Decision, StrictModeError, decline, implementations, is_strict, is_suspended, reason_of, record
 
 ORIGINAL_ATTR = "accel.FLegalizeTVM"
+# PrimFunc attributes: why TVM's kernel (reasons joined), and [[implementation, reason], ...] skipped
+FALLBACK = "accel.fallback"
+SKIPPED = "accel.skipped"
 # TVM's kOutEWiseFusable: FuseOps may append elementwise consumers (the
 # epilogue), never merge the kernel into something else
 OUT_ELEMWISE_FUSABLE = 4
@@ -54,27 +69,48 @@ def tvm_legalize(call: relax.Call):
     return _original(call.op)
 
 
-def _tag_funcs(bb: relax.BlockBuilder, expr: relax.Expr, key: str, value: str) -> None:
-    """Set attribute `key` on every PrimFunc `expr` calls through call_tir."""
+# the implementations skipped so far for the call being dispatched, and the kernels made for it
+_CURRENT: contextvars.ContextVar[tuple[list, list] | None] = contextvars.ContextVar("accel_dispatch", default=None)
+
+
+def _tag_funcs(bb: relax.BlockBuilder, expr: relax.Expr, attrs: dict) -> None:
+    """Set `attrs` on the PrimFunc `expr` calls through call_tir, if it is one."""
     if not isinstance(expr, relax.Call) or not expr.args or not isinstance(expr.args[0], tvm.ir.GlobalVar):
         return
     gvar = expr.args[0]
     func = bb.get()[gvar]
     if isinstance(func, tvm.tirx.PrimFunc):
-        bb.update_func(gvar, func.with_attr(key, value))
+        bb.update_func(gvar, func.with_attrs(attrs))
+
+
+def _skipped_attr(skipped) -> list[list[str]]:
+    return [[name, why] for name, why in skipped]
 
 
 def _where(call: relax.Call, inputs) -> str:
     return f"{call.op.name} on {', '.join(inputs)}"
 
 
-def _try(impl, bb: relax.BlockBuilder, call: relax.Call, inputs, failures: list):
+def _legalize(impl, bb: relax.BlockBuilder, call: relax.Call, skipped: list) -> relax.Expr:
+    """impl.legalize(bb, call), which must make its kernel through `kernel_call`."""
+    made: list = []
+    token = _CURRENT.set((skipped, made))
+    try:
+        result = impl.legalize(bb, call)
+    finally:
+        _CURRENT.reset(token)
+    if impl.name not in made:
+        raise ValueError(f"{impl.name} made no kernel through strategy.dispatch.kernel_call")
+    return result
+
+
+def _try(impl, bb: relax.BlockBuilder, call: relax.Call, inputs, failures: list, skipped: list):
     """(legalized expression, None), or (None, why `impl` did not give one): its condition's
     reason, or the error its condition or legalization raised (declined, see registry, and
     appended to `failures`)."""
     try:
         reason = impl.condition(call)
-        return (None, reason) if reason is not None else (impl.legalize(bb, call), None)
+        return (None, reason) if reason is not None else (_legalize(impl, bb, call, skipped), None)
     except StrictModeError:
         raise
     except Exception as err:  # any failure: the next one, or TVM's kernel
@@ -104,7 +140,7 @@ def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return tvm_legalize(call)(bb, call)
     inputs, skipped, failures = describe_inputs(call), [], []
     for impl in impls:
-        result, why = _try(impl, bb, call, inputs, failures)
+        result, why = _try(impl, bb, call, inputs, failures, skipped)
         if why is None:
             record(Decision(call.op.name, impl.name, "", inputs, tuple(skipped)))
             return result
@@ -117,7 +153,7 @@ def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         )
     result = _fallback(bb, call, failures)
     record(Decision(call.op.name, None, reason, inputs, tuple(skipped)))
-    _tag_funcs(bb, result, "accel.fallback", reason)
+    _tag_funcs(bb, result, {FALLBACK: reason, SKIPPED: _skipped_attr(skipped)})
     return result
 
 
@@ -134,9 +170,21 @@ def install(op_name: str) -> None:
 
 
 def kernel_call(bb: relax.BlockBuilder, func: tvm.tirx.PrimFunc, name: str, impl: str, args, out_type):
-    """Add a scheduled kernel to the module and return the call_tir to it."""
-    func = func.with_attrs({"accel.impl": impl, "op_pattern": OUT_ELEMWISE_FUSABLE})
+    """Add kernel `func` of implementation `impl` to the module as `name` and return the
+    call_tir to it: what makes it an accel kernel (see the module's docstring).
+
+    func: scheduled PrimFunc (args..., outputs...). out_type: a relax.TensorType, or a list
+    of them for several outputs.
+    """
+    current = _CURRENT.get()
+    skipped = [] if current is None else current[0]
+    num_outputs = len(out_type) if isinstance(out_type, (list, tuple)) else 1
+    func = mark_kernel(func, impl, num_outputs).with_attrs(
+        {IMPL: impl, SKIPPED: _skipped_attr(skipped), "op_pattern": OUT_ELEMWISE_FUSABLE}
+    )
     if func.attrs is not None and "global_symbol" in func.attrs:  # private, so DCE drops it once fused
         func = func.without_attr("global_symbol")
     gvar = bb.add_func(func, name)
+    if current is not None:
+        current[1].append(impl)
     return relax.call_tir(gvar, args, out_type)

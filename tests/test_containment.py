@@ -66,18 +66,18 @@ def _accel(func) -> bool:
     return topi_accel.contains_accel_kernel(func)
 
 
-# (step, attribute of topi_accel to break, on which kernels)
+# (step, module and function of topi_accel to break, on which kernels)
 KERNEL_STEPS = [
-    ("InlineEpilogue", "inline_epilogue", _accel),
-    ("Parallelize", "parallelize", lambda func: not _accel(func)),
-    ("InsertPrefetches", "insert_prefetches", lambda func: True),
-    ("ClaimIterations", "claim_iterations", lambda func: True),
+    ("InlineEpilogue", topi_accel, "inline_epilogue", _accel),
+    ("Parallelize", topi_accel, "parallelize", lambda func: not _accel(func)),
+    ("InsertPrefetches", topi_accel.prefetch, "insert_prefetches", lambda func: True),
+    ("ClaimIterations", topi_accel.workshare, "claim_iterations", lambda func: True),
 ]
 
 
-@pytest.mark.parametrize("step, attr, which", KERNEL_STEPS, ids=[s[0] for s in KERNEL_STEPS])
-def test_a_kernel_step_that_raises_leaves_the_kernel_as_it_was(model, kernels, monkeypatch, step, attr, which):
-    monkeypatch.setattr(topi_accel, attr, _raising_on(which, getattr(topi_accel, attr)))
+@pytest.mark.parametrize("step, module, attr, which", KERNEL_STEPS, ids=[s[0] for s in KERNEL_STEPS])
+def test_a_kernel_step_that_raises_leaves_the_kernel_as_it_was(model, kernels, monkeypatch, step, module, attr, which):
+    monkeypatch.setattr(module, attr, _raising_on(which, getattr(module, attr)))
     report = _build_correct(model)
     assert report.declines, str(report)
     assert {d.step for d in report.declines} == {step}
@@ -88,9 +88,9 @@ def test_a_kernel_step_that_raises_leaves_the_kernel_as_it_was(model, kernels, m
     assert report.to_dict()["declines"][0] == {"step": step, "where": report.declines[0].where, "reason": BOOM}
 
 
-@pytest.mark.parametrize("step, attr, which", KERNEL_STEPS, ids=[s[0] for s in KERNEL_STEPS])
-def test_strict_mode_makes_a_kernel_step_failure_an_error(model, monkeypatch, step, attr, which):
-    monkeypatch.setattr(topi_accel, attr, _raising_on(which, getattr(topi_accel, attr)))
+@pytest.mark.parametrize("step, module, attr, which", KERNEL_STEPS, ids=[s[0] for s in KERNEL_STEPS])
+def test_strict_mode_makes_a_kernel_step_failure_an_error(model, monkeypatch, step, module, attr, which):
+    monkeypatch.setattr(module, attr, _raising_on(which, getattr(module, attr)))
     with pytest.raises(StrictModeError, match=f"{step} declined .*: {BOOM}; strict mode"):
         accel_target.build(model[2], strict=True)
 
@@ -170,7 +170,9 @@ def test_a_failing_strategy_condition_is_a_reason_not_a_crash(model, monkeypatch
 
 
 def test_declines_go_to_every_open_recording_block_and_the_log(model, monkeypatch, caplog):
-    monkeypatch.setattr(topi_accel, "insert_prefetches", _raising_on(lambda func: True, topi_accel.insert_prefetches))
+    monkeypatch.setattr(
+        topi_accel.prefetch, "insert_prefetches", _raising_on(lambda func: True, topi_accel.prefetch.insert_prefetches)
+    )
     with recording_declines() as outer, recording_declines() as inner:
         executable = tvm.compile(model[2], target="accel", relax_pipeline="accel")
     with accel_target.strict(), pytest.raises(StrictModeError, match="InsertPrefetches"):

@@ -36,7 +36,7 @@ def embedded(cnn):
 
 def test_weights_become_trailing_inputs(cnn, separate):
     _, x, ref = cnn
-    weights = separate.accel_weights
+    weights = separate.weights
     assert len(weights) >= 6  # every conv's packed kernel and bias, the head's weight and bias
     vm = tvm.relax.VirtualMachine(separate, tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x), *weights).numpy()
@@ -48,7 +48,7 @@ def test_weights_become_trailing_inputs(cnn, separate):
 
 def test_same_kernels_as_embedded(cnn, separate, embedded):
     _, x, ref = cnn
-    assert embedded.accel_weights is None
+    assert embedded.weights is None
     assert_close(run_executable(embedded, x), ref)
     assert accel_target.report(separate).kernels.calls == accel_target.report(embedded).kernels.calls
 

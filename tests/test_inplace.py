@@ -10,7 +10,7 @@ from tvm.script import tirx as T
 
 import accel_target
 from accel_target import inplace
-from accel_target.report import calls_of
+from accel_target.reporting import calls_of
 from tests.helpers import assert_close, rand, run_executable
 
 

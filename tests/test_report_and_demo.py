@@ -5,7 +5,7 @@ import sys
 
 import tvm
 
-from accel_target.report import runtime_kernels
+from accel_target.reporting import runtime_kernels
 from tests.helpers import conv2d_module, rand
 
 
@@ -27,9 +27,15 @@ def test_demo_command_line_checks_output_and_reports():
     result = subprocess.run([sys.executable, "-m", "accel_target", "demo"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     text = result.stdout
+    rows = [line.split() for line in text.splitlines()]
+    kernels = [line.rsplit("  ", 1)[-1] for line in text.splitlines()]
     # 12 convolutions: the three 3x3 stride-1 ones at 14x14 and 28x28 on Winograd
-    assert text.count("conv2d_nhwc_ohwi.accel") == 9 and text.count("conv2d_winograd.accel") == 3
-    assert text.count("dense_kn.accel") == 1
+    assert kernels.count("conv2d_nhwc_ohwi.accel") == 9 and kernels.count("conv2d_winograd.accel") == 3
+    assert kernels.count("dense_kn.accel") == 1
+    # every bias, residual add and relu runs in a kernel's write-back
+    epilogue = [row for row in rows if row and row[0] in ("add", "nn.relu")]
+    # (12 conv biases, 4 residuals, the dense bias; the stem relu and two per block)
+    assert len(epilogue) == 17 + 9 and all(row[-3:-1] == ["fused", "into"] for row in epilogue), epilogue
     assert "runtime layout transforms: 1 of activations, 0 of weights" in text
     assert "output vs PyTorch" in text and "(ok)" in text and "stock TVM" in text
     assert "speed, " in text

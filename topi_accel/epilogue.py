@@ -1,4 +1,13 @@
-"""Epilogues: elementwise work after an accel kernel, done in the kernel's write-back.
+"""Accel kernels and their epilogues: elementwise work after an accel kernel, done in the
+kernel's write-back.
+
+What makes a PrimFunc an accel kernel is one mark, set where a registered implementation
+adds its kernel to the module (strategy.dispatch.kernel_call, through `mark_kernel`): the
+block that writes the kernel's output carries the annotation IMPL (the implementation's
+name), and the function the attribute IMPL. A block annotation survives FuseTIR, which
+drops the attributes of the functions it merges; the build sets the attribute again on
+the fused function (`accel_impl` reads either). Epilogue inlining, WriteInPlace and the
+report all read this mark, and nothing else.
 
 FuseOps may append the elementwise consumers of an accel kernel (bias, folded
 BN affine, ReLU/ReLU6/GELU, residual add) to it, and FuseTIR then merges them
@@ -13,18 +22,64 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
-# write-back blocks of the accel computes (each compute's output tensor is named after it)
-OUTPUT_BLOCKS = ("conv2d_nhwc_ohwi", "conv2d_winograd", "dense_kn", "batch_matmul_kn")
+# PrimFunc attribute and block annotation: the implementation ("<compute>.<key>") that made the kernel
+IMPL = "accel.impl"
 
 
-def has_accel_block(sch: s_tir.Schedule) -> bool:
-    """Whether the scheduled function is an accel kernel (with or without an epilogue)."""
-    return any(sch.get(b).name_hint in OUTPUT_BLOCKS for b in sch.get_child_blocks(sch.get_sblock("root")))
+def _all_blocks(sch: s_tir.Schedule) -> list:
+    """Every block of `sch`'s function but the root, parents first."""
+    found, pending = [], list(sch.get_child_blocks(sch.get_sblock("root")))
+    while pending:
+        block = pending.pop(0)
+        found.append(block)
+        pending.extend(sch.get_child_blocks(block))
+    return found
+
+
+def mark_kernel(func: tirx.PrimFunc, impl: str, num_outputs: int = 1) -> tirx.PrimFunc:
+    """`func` marked as the kernel of implementation `impl`: the blocks that write its last
+    `num_outputs` parameters (its outputs) annotated IMPL = impl, and the attribute IMPL.
+
+    func: a scheduled TE/TIR function (with blocks). Raises ValueError when no block writes
+    an output (a function lowered already cannot be marked).
+    """
+    sch = s_tir.Schedule(func)
+    outputs = list(func.params[len(func.params) - num_outputs :])
+    writers = [b for b in _all_blocks(sch) if any(w.source.same_as(p) for w in sch.get(b).writes for p in outputs)]
+    if not writers:
+        raise ValueError(
+            f"{impl}: no block of the kernel writes its output; kernel_call takes a scheduled TE/TIR function"
+        )
+    for block in writers:
+        sch.annotate(block, IMPL, impl)
+    return sch.mod["main"].with_attr(IMPL, impl)
+
+
+def output_blocks(sch: s_tir.Schedule) -> list:
+    """The blocks of `sch`'s function that write an accel kernel's output (marked by `mark_kernel`)."""
+    try:
+        blocks = _all_blocks(sch)
+    except ScheduleError:  # no root block: lowered already
+        return []
+    return [b for b in blocks if IMPL in sch.get(b).annotations]
+
+
+def accel_impl(func: tirx.PrimFunc) -> str | None:
+    """The implementation that made the accel kernel in `func` (its attribute, else the
+    annotation of its output block, e.g. after fusion); None for any other function."""
+    if func.attrs is not None and IMPL in func.attrs:
+        return str(func.attrs[IMPL])
+    try:
+        sch = s_tir.Schedule(func)
+    except Exception:  # noqa: BLE001 (TVM raises various errors for a function it cannot schedule)
+        return None
+    marked = output_blocks(sch)
+    return str(sch.get(marked[0]).annotations[IMPL]) if marked else None
 
 
 def contains_accel_kernel(func: tirx.PrimFunc) -> bool:
     """Whether `func` is an accel kernel, with or without an epilogue fused after it."""
-    return has_accel_block(s_tir.Schedule(func))
+    return accel_impl(func) is not None
 
 
 def reads_elementwise(sch: s_tir.Schedule, consumer, producer) -> bool:
@@ -45,12 +100,25 @@ def reads_elementwise(sch: s_tir.Schedule, consumer, producer) -> bool:
     return bool(reads) and all(same(r.source.shape, write.source.shape) and same(r.region, write.region) for r in reads)
 
 
-def _inline_intermediates(sch: s_tir.Schedule) -> None:
-    """Fold every elementwise block that feeds others (GELU's erf, scale and shift) into
-    them, so that the kernel's output has a single chain of consumers; not into a consumer
-    that broadcasts it (that would recompute it per element of the larger output)."""
+def _kernel_stages(sch: s_tir.Schedule, outputs: list) -> set[str]:
+    """Names of the output blocks and of every block they depend on: the kernel's own stages."""
+    names, pending = set(), list(outputs)
+    while pending:
+        block = pending.pop()
+        name = sch.get(block).name_hint
+        if name not in names:
+            names.add(name)
+            pending.extend(sch.get_producers(block))
+    return names
+
+
+def _inline_intermediates(sch: s_tir.Schedule, outputs: list) -> None:
+    """Fold every elementwise block after the kernel that feeds others (GELU's erf, scale and
+    shift) into them, so that the kernel's output has a single chain of consumers; not into a
+    consumer that broadcasts it (that would recompute it per element of the larger output)."""
+    stages = _kernel_stages(sch, outputs)
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(block).name_hint.startswith(OUTPUT_BLOCKS):  # the kernel's own stages
+        if sch.get(block).name_hint in stages:
             continue
         if not all(reads_elementwise(sch, c, block) for c in sch.get_consumers(block)):
             continue
@@ -63,15 +131,11 @@ def _inline_intermediates(sch: s_tir.Schedule) -> None:
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none."""
     sch = s_tir.Schedule(func)
-    if not has_accel_block(sch):
+    if not output_blocks(sch):
         return None
-    _inline_intermediates(sch)
+    _inline_intermediates(sch, output_blocks(sch))
     inlined = 0
-    for name in OUTPUT_BLOCKS:
-        try:
-            block = sch.get_sblock(name)
-        except ScheduleError:
-            continue
+    for block in output_blocks(sch):
         while len(consumers := sch.get_consumers(block)) == 1 and reads_elementwise(sch, consumers[0], block):
             try:
                 sch.reverse_compute_inline(consumers[0])

@@ -5,6 +5,10 @@ budget (`conv2d_config`); a tuner (`tune_conv2d`) times the candidates of one
 shape, and a `TuningDB` keeps the winners in a JSON file. While a database is
 in use (``with using(db):``), `conv2d_config` returns its entry for a shape it
 holds.
+
+`lowered_kernel_steps` is the one list of what the build does to every kernel after
+TVM's lowering; the build's pipeline runs it (accel_target.pipeline.lowering_passes),
+and the tuner times each candidate after it (`finish_kernel`).
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ import contextlib
 import contextvars
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 
 import tvm
+from tvm import tirx
 
+from . import prefetch, workshare
 from .knobs import cpu_knobs
+
+# a kernel rewrite: the new function, or None where it changes nothing
+KernelRewrite = Callable[[tirx.PrimFunc], "tirx.PrimFunc | None"]
 
 _ACTIVE: contextvars.ContextVar[TuningDB | None] = contextvars.ContextVar("accel_tuning_db", default=None)
 
@@ -64,3 +73,21 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
     """A stable key: kernel kind, its shape and attributes, and what the schedule reads from the target."""
     knobs = cpu_knobs(target)
     return json.dumps({"kind": kind, **shape_fields, "lanes": knobs.lanes, "parallel": knobs.parallel}, sort_keys=True)
+
+
+def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
+    """(name, rewrite) of each step the build applies to every kernel after TVM's lowering, in
+    order: the prefetches the schedules asked for (topi_accel.prefetch), then, on a target
+    with several cores, parallel loops whose iterations the threads claim (topi_accel.workshare)."""
+    knobs = cpu_knobs(target)
+    steps: list[tuple[str, KernelRewrite]] = [("InsertPrefetches", lambda func: prefetch.insert_prefetches(func))]
+    if knobs.parallel:
+        steps.append(("ClaimIterations", lambda func: workshare.claim_iterations(func, knobs.cores)))
+    return steps
+
+
+def finish_kernel(func: tirx.PrimFunc, target: tvm.target.Target | None = None) -> tirx.PrimFunc:
+    """`func` (scheduled) after `lowered_kernel_steps`, as the build runs it: what a tuner times."""
+    for _, rewrite in lowered_kernel_steps(target):
+        func = rewrite(func) or func
+    return func

@@ -377,7 +377,7 @@ def test_signature_matches_the_executable(saved):
     signature = deploy.read_signature(library)
     expected = [deploy.TensorSpec("x", (1, 3, 32, 32), "float32")]
     assert signature["inputs"] == deploy.executable_inputs(executable) == expected
-    assert [w.shape for w in signature["weights"]] == [tuple(w.shape) for w in executable.accel_weights]
+    assert [w.shape for w in signature["weights"]] == [tuple(w.shape) for w in executable.weights]
 
 
 # --- thread pool knobs -------------------------------------------------------------------

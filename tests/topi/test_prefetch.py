@@ -109,7 +109,10 @@ def test_kernels_with_prefetches_compute_what_they_did():
 def test_the_build_inserts_the_prefetches():
     mod = matmul_module(rand(64, 256), rand(256, 96), True)
     with tvm.target.Target("accel") as target:
-        lowered = accel_target.pipeline.insert_prefetches(accel_target.optimize(mod, target=target))
+        lowered = accel_target.pipeline.run_phases(
+            accel_target.optimize(mod, target=target), target, "lowering", "lowering"
+        )
+        lowered = lowered["lowering"]
     kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert sum("T.prefetch(" in k for k in kernels) == 1
 

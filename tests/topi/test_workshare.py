@@ -84,7 +84,8 @@ def test_the_build_claims_every_parallel_loop_unless_single_core():
         (tvm.target.Target({"tag": "accel", "num-cores": 1}), False),
     ):
         with target:
-            lowered = accel_target.pipeline.claim_iterations(accel_target.optimize(mod, target=target))
+            optimized = accel_target.optimize(mod, target=target)
+            lowered = accel_target.pipeline.run_phases(optimized, target, "lowering", "lowering")["lowering"]
         kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
         assert kernels and all((topi_accel.workshare.CLAIM in k) == claimed for k in kernels if "T.parallel" in k)
         assert any("T.parallel" in k for k in kernels) == claimed
