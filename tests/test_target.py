@@ -103,7 +103,11 @@ def test_importing_twice_is_harmless():
     with accel_target.recording() as log:
         assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
     assert [d.implementation for d in log] == ["dense_kn.accel"]
-    assert [i.name for i in strategy.implementations("relax.matmul")] == ["dense_kn.accel", "batch_matmul_kn.accel"]
+    assert [i.name for i in strategy.implementations("relax.matmul")] == [
+        "dense_kn.accel",
+        "batch_matmul_kn.accel",
+        "dense_kn_int8.accel",
+    ]
 
 
 # /proc/cpuinfo flags -> the x86-64 level the tag falls back to when LLVM does not know the CPU

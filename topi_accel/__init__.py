@@ -3,7 +3,7 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
-from . import tuning
+from . import conv2d_int8, dense_int8, tuning  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
 from .conv1d import (
     conv1d_config,
     conv1d_geometry,

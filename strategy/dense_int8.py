@@ -1,0 +1,68 @@
+"""relax.matmul on integers for the accel target: dense_kn_int8.
+
+The calls that accel_target.quantize makes of quantized dense layers: uint8 or int8
+activations [..., in] times a constant int8 weight [in, out] (any transpose folded
+already), ``out_dtype="int32"``. The requantize after it becomes the kernel's epilogue.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, topi
+
+from topi_accel import dense_int8 as kernels
+from topi_accel.dense import keeps_rows
+
+from .conv2d_int8 import INT8_PLEVEL, int8_dtype_reason
+from .dispatch import kernel_call
+from .layout import constant_array, pack_weight, static_shape
+from .registry import register
+
+IMPL = "dense_kn_int8.accel"
+
+
+def dense_int8_condition(call: relax.Call) -> str | None:
+    """dense_kn_int8.accel takes uint8/int8 x [..., K] @ a constant int8 w [K, N] -> int32,
+    static shapes."""
+    reason = int8_dtype_reason(call)
+    if reason is not None:
+        return reason
+    data, weight = call.args
+    data_shape, weight_shape = static_shape(data), static_shape(weight)
+    if data_shape is None or weight_shape is None:
+        return "symbolic shapes are not supported"
+    if len(weight_shape) != 2:
+        return f"right operand has rank {len(weight_shape)}; dense_kn_int8 needs a 2-D [in, out] weight"
+    if not isinstance(weight, tvm.ir.expr.Constant):
+        return "the weights are not a constant (int8 kernels are packed at compile time)"
+    return None
+
+
+def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.Expr:
+    """A reshape kernel call, which the VM turns into a view (RewriteDataflowReshape)."""
+    return bb.call_te(topi.reshape, x, shape, primfunc_name_hint="reshape")
+
+
+@register("relax.matmul", IMPL, condition=dense_int8_condition, plevel=INT8_PLEVEL)
+def dense_kn_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Pack w (and, for int8 data on vpdpbusd, its compensation) and call the kernel on x's
+    rows as they are; x is flattened to 2-D (and the result reshaped) only where a register
+    tile of rows would span two of its leading axes."""
+    data, weight = call.args
+    data_shape = static_shape(data)
+    k, n = static_shape(weight)
+    rows, dtype = data_shape[:-1], str(data.ty.dtype)
+    m, _, _ = kernels.check_dense_int8(data_shape, [k, n], dtype, str(weight.ty.dtype))
+    cfg = kernels.dense_int8_config(m, n)
+    flatten = not keeps_rows(rows, cfg)
+    kernel_rows = (m,) if flatten else tuple(rows)
+    if flatten:
+        data = bb.emit(_reshape(bb, data, [m, k]))
+    args = [data, pack_weight(bb, weight, "KN", "KN", kernels.weight_pack_map_int8(cfg))]
+    if kernels.needs_compensation(dtype, cfg.dot):
+        args.append(relax.const(kernels.compensation(constant_array(weight))))
+    func = kernels.dense_kn_int8_func(kernel_rows, k, n, cfg, dtype)
+    out = kernel_call(bb, func, "dense_kn_int8", IMPL, args, relax.TensorType([*kernel_rows, n], "int32"))
+    if not flatten:
+        return out
+    return _reshape(bb, bb.emit(out), [*rows, n])

@@ -1,0 +1,137 @@
+"""Integer relax.nn.conv2d and relax.matmul under Target("accel"): the int8 kernels, their
+declines, and a requantize fused into the kernel's write-back."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import accel_target
+from tests.helpers import run_executable, run_relax, single_op_module
+from tests.topi.test_conv2d_nhwc_ohwi_int8 import conv_reference
+from tests.topi.test_dense_kn_int8 import int_data
+
+RNG = np.random.default_rng(7)
+
+
+def conv_int32(data, weight, **attrs):
+    return relax.op.nn.conv2d(data, weight, out_dtype="int32", **attrs)
+
+
+def nchw_reference(x, w, stride, pad, groups):
+    out = conv_reference(x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), (stride,) * 2, (pad,) * 4, (1, 1), groups)
+    return out.transpose(0, 3, 1, 2)
+
+
+# (data NCHW, kernel OIHW, stride, padding, groups)
+CONVS = [
+    ((1, 16, 12, 12), (24, 16, 3, 3), 1, 1, 1),
+    ((2, 3, 11, 11), (8, 3, 3, 3), 2, 1, 1),
+    ((1, 32, 10, 10), (32, 1, 3, 3), 1, 1, 32),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("shape, kernel, stride, pad, groups", CONVS, ids=str)
+def test_conv2d_int32_runs_on_conv2d_nhwc_ohwi_int8(shape, kernel, stride, pad, groups, dtype):
+    x, w = int_data(shape, dtype, RNG), int_data(kernel, "int8", RNG)
+    mod = single_op_module(
+        lambda data, weight: conv_int32(data, weight, strides=stride, padding=pad, groups=groups),
+        {"data": x},
+        {"weight": w},
+    )
+    with accel_target.recording() as log:
+        out = run_relax(mod, [x])
+    np.testing.assert_array_equal(out, nchw_reference(x, w, stride, pad, groups))
+    assert [d.implementation for d in log] == ["conv2d_nhwc_ohwi_int8.accel"]
+
+
+@pytest.mark.parametrize("data_shape", [(1, 768), (2, 5, 33), (97, 64), (33,)], ids=str)
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_matmul_int32_runs_on_dense_kn_int8(data_shape, dtype):
+    x, w = int_data(data_shape, dtype, RNG), int_data((data_shape[-1], 40), "int8", RNG)
+    mod = single_op_module(
+        lambda data, weight: relax.op.matmul(data, weight, out_dtype="int32"), {"data": x}, {"weight": w}
+    )
+    with accel_target.recording() as log:
+        out = run_relax(mod, [x])
+    np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
+    assert [d.implementation for d in log] == ["dense_kn_int8.accel"]
+
+
+def test_runtime_int8_weights_fall_back_with_the_reason():
+    x, w = int_data((1, 8, 6, 6), "uint8", RNG), int_data((8, 8, 3, 3), "int8", RNG)
+    mod = single_op_module(lambda data, weight: conv_int32(data, weight, padding=1), {"data": x, "weight": w}, {})
+    with accel_target.recording() as log:
+        out = run_relax(mod, [x, w])
+    np.testing.assert_array_equal(out, nchw_reference(x, w, 1, 1, 1))
+    assert log[0].fallback
+    assert (
+        "conv2d_nhwc_ohwi_int8.accel",
+        "the weights are not a constant (int8 kernels are packed at compile time)",
+    ) in (log[0].skipped)
+
+
+def test_grouped_int8_conv_is_declined_with_the_reason():
+    x, w = int_data((1, 8, 6, 6), "uint8", RNG), int_data((8, 4, 3, 3), "int8", RNG)
+    mod = single_op_module(lambda data, weight: conv_int32(data, weight, groups=2), {"data": x}, {"weight": w})
+    with accel_target.recording() as log:
+        tvm.compile(mod, target="accel")
+    assert (
+        dict(log[0].skipped)["conv2d_nhwc_ohwi_int8.accel"]
+        == "groups=2 is not supported (supported: 1 and depthwise, groups = 8)"
+    )
+    with pytest.raises(accel_target.StrictModeError, match="conv2d_nhwc_ohwi_int8.accel: groups=2 is not supported"):
+        with accel_target.strict():
+            tvm.compile(mod, target="accel")
+
+
+def requantize(y, scale, bias, zero_point, channel_shape):
+    """The graph rewrite's requantize: float scale and bias per channel, round, zero point, clip, uint8."""
+    y = relax.op.astype(y, "float32")
+    y = relax.op.multiply(y, relax.op.reshape(scale, channel_shape))
+    y = relax.op.add(y, relax.op.reshape(bias, channel_shape))
+    y = relax.op.add(relax.op.round(y), relax.const(float(zero_point)))
+    return relax.op.astype(relax.op.clip(y, 0, 255), "uint8")
+
+
+def requantize_reference(acc, scale, bias, zero_point):
+    y = np.round(acc.astype("float32") * scale + bias) + np.float32(zero_point)
+    return np.clip(y, 0, 255).astype("uint8")
+
+
+def fused_kernel(ex_or_mod):
+    lowered = accel_target.optimize(ex_or_mod)
+    funcs = [(g.name_hint, f) for g, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return next((name, f) for name, f in funcs if "int8" in name)
+
+
+def test_conv2d_with_requantize_fuses_into_the_kernel():
+    """conv2d(out_dtype=int32) + requantize through accel_target.build: one int8 kernel with
+    the requantize in its write-back, uint8 output equal to numpy's."""
+    x, w = int_data((1, 16, 9, 9), "uint8", RNG), int_data((24, 16, 3, 3), "int8", RNG)
+    scale = RNG.uniform(1e-3, 1e-2, 24).astype("float32")
+    bias = RNG.uniform(-5, 5, 24).astype("float32")
+
+    def model(data, weight, s, b):
+        return requantize(conv_int32(data, weight, padding=1), s, b, 3, (1, 24, 1, 1))
+
+    mod = single_op_module(model, {"data": x}, {"weight": w, "s": scale, "b": bias})
+    ex = accel_target.build(mod)
+    acc = nchw_reference(x, w, 1, 1, 1)
+    ref = requantize_reference(acc, scale[None, :, None, None], bias[None, :, None, None], 3)
+    np.testing.assert_array_equal(run_executable(ex, x), ref)
+    rows = accel_target.report(ex).to_dict()["ops"]
+    by_op = {}
+    for row in rows:
+        by_op.setdefault(row["op"].split(".")[-1], []).append(row["kernel"])
+    assert by_op["conv2d"] == ["conv2d_nhwc_ohwi_int8.accel"]
+    for op in ("astype", "multiply", "add", "round", "maximum", "minimum"):
+        assert by_op[op] and all("conv2d_nhwc_ohwi_int8.accel" in kernel for kernel in by_op[op]), (op, by_op[op])
+    name, func = fused_kernel(mod)
+    script = func.script()
+    # the requantize is computed in the kernel's write-back: no block of its own
+    assert name.startswith("fused_conv2d_nhwc_ohwi_int8") and "round" in name
+    assert 'T.sblock("conv2d_nhwc_ohwi_int8")' in script
+    for op in ("multiply", "round", "maximum", "minimum", "cast"):
+        assert f'T.sblock("{op}' not in script, op

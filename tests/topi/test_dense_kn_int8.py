@@ -1,0 +1,142 @@
+"""dense_kn_int8 against numpy's integer matmul (exact int32), per ISA."""
+
+import numpy as np
+import pytest
+import tvm
+
+import topi_accel
+from tests.helpers import ISAS, _host_flags, isa_params, pack, runs_here
+from topi_accel import dense_int8
+
+# targets with VNNI (vpdpbusd): their code is compiled and checked on any host, run where it has VNNI
+VNNI_ISAS = {
+    "avx512vnni": {"tag": "accel", "mcpu": "cascadelake"},
+    "avxvnni": {"tag": "accel", "mcpu": "alderlake"},
+}
+VNNI_FLAGS = {"avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni"}
+
+
+def all_isa_params() -> list:
+    """isa_params() and the VNNI targets, each skipped where this host cannot run it."""
+    vnni = [
+        pytest.param(
+            target,
+            id=name,
+            marks=pytest.mark.skipif(
+                not (runs_here(target) and VNNI_FLAGS[name] in _host_flags()), reason=f"host cannot run {name} code"
+            ),
+        )
+        for name, target in VNNI_ISAS.items()
+    ]
+    return [*isa_params(), *vnni]
+
+
+def int_data(shape, dtype, rng):
+    """Random integers over the whole range of `dtype`."""
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+
+def run_int8(func, inputs, out_shape, target) -> np.ndarray:
+    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target)).jit()
+    out = tvm.runtime.tensor(np.zeros(out_shape, "int32"))
+    lib(*[tvm.runtime.tensor(a) for a in inputs], out)
+    return out.numpy()
+
+
+def dense_inputs(x, w, cfg):
+    """The kernel's inputs: data, packed weight and (int8 data on vpdpbusd) the compensation."""
+    inputs = [x, pack(w, dense_int8.weight_pack_map_int8(cfg))]
+    if dense_int8.needs_compensation(x.dtype, cfg.dot):
+        inputs.append(dense_int8.compensation(w))
+    return inputs
+
+
+# (M, K, N)
+SHAPES = [
+    # BERT-base layers (seq 128), its pooler / a GEMV (M = 1)
+    (128, 768, 768),
+    (128, 3072, 768),
+    (1, 768, 3072),
+    (1, 768, 768),
+    # tails: prime M, K and N not multiples of the group or the vector
+    (97, 33, 17),
+    (7, 37, 50),
+    (5, 3, 130),
+    (1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("target", [*all_isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1core")])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_dense_kn_int8(shape, target, dtype):
+    m, k, n = shape
+    rng = np.random.default_rng(m * k + n)
+    x, w = int_data((m, k), dtype, rng), int_data((k, n), "int8", rng)
+    with tvm.target.Target(target):
+        cfg = dense_int8.dense_int8_config(m, n)
+    out = run_int8(dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype), dense_inputs(x, w, cfg), (m, n), target)
+    np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype, value", [("uint8", 255), ("int8", -128)])
+def test_dense_kn_int8_extremes_do_not_saturate(dtype, value):
+    """Pairs of 255 * -128 (or -128 * -128) overflow int16 (vpmaddubsw saturates there)."""
+    m, k, n = 3, 4096, 16
+    x = np.full((m, k), value, dtype)
+    w = np.full((k, n), -128, "int8")
+    w[:, 1::2] = 127
+    with tvm.target.Target("accel"):
+        cfg = dense_int8.dense_int8_config(m, n)
+    out = run_int8(dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype), dense_inputs(x, w, cfg), (m, n), "accel")
+    np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
+
+
+@pytest.mark.parametrize("rows", [(2, 64), (3, 5, 7)], ids=str)
+def test_dense_kn_int8_keeps_leading_axes(rows):
+    """data [*rows, K] -> [*rows, N] when the row tile divides the last row axis."""
+    k, n, rng = 40, 24, np.random.default_rng(1)
+    x, w = int_data((*rows, k), "uint8", rng), int_data((k, n), "int8", rng)
+    with tvm.target.Target("accel"):
+        cfg = dense_int8.dense_int8_config(int(np.prod(rows)), n)
+    cfg = dense_int8.DenseInt8Config(topi_accel.knobs.largest_divisor(rows[-1], cfg.m_block), cfg.n_block, cfg.dot)
+    out = run_int8(
+        dense_int8.dense_kn_int8_func(rows, k, n, cfg, "uint8"), dense_inputs(x, w, cfg), (*rows, n), "accel"
+    )
+    np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
+
+
+# target -> (scheme, int32 lanes, products per lane)
+INSTRUCTIONS = {
+    "avx512vnni": ("vnni", 16, 4),
+    "avxvnni": ("vnni", 8, 4),
+    "avx512": ("madd", 16, 2),
+    "avx2": ("madd", 8, 2),
+    "sse": ("madd", 4, 2),
+}
+
+
+@pytest.mark.parametrize("isa", INSTRUCTIONS)
+def test_int8_instruction_follows_the_target(isa):
+    """The instruction comes from the target's features, and its code uses it: vpdpbusd with
+    VNNI, the exact vpmaddwd without; never the saturating vpmaddubsw."""
+    target = tvm.target.Target({**ISAS, **VNNI_ISAS}[isa])
+    dot = dense_int8.int8_dot(target)
+    assert (dot.scheme, dot.lanes, dot.group) == INSTRUCTIONS[isa]
+    with target:
+        cfg = dense_int8.dense_int8_config(16, 64)
+    for dtype in ("uint8", "int8"):
+        func = dense_int8.dense_kn_int8_func(16, 64, 64, cfg, dtype)
+        asm = tvm.tirx.build(tvm.IRModule({"main": func}), target).inspect_source("asm")
+        assert ("vpdpbusd" if dot.scheme == "vnni" else "pmaddwd") in asm
+        assert "pmaddubsw" not in asm
+
+
+def test_dense_kn_int8_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"dense_kn_int8: data dtype float32 is not supported; supported: uint8, int8"):
+        dense_int8.check_dense_int8((4, 8), (8, 2), "float32")
+    with pytest.raises(ValueError, match=r"dense_kn_int8: data in_features 8 != weight rows 9"):
+        dense_int8.check_dense_int8((4, 8), (9, 2), "uint8")
+    with pytest.raises(ValueError, match=r"dense_kn_int8: weight dtype int16 is not supported"):
+        dense_int8.check_dense_int8((4, 8), (8, 2), "uint8", "int16")

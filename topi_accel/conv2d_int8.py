@@ -1,0 +1,297 @@
+"""conv2d_nhwc_ohwi_int8: uint8/int8 NHWC data x int8 OHWI weights -> int32 NHWC.
+
+Ungrouped convs use the target's int8 dot-product instruction (`dense_int8.int8_dot`:
+vpdpbusd with VNNI, else the exact vpmaddwd on data widened to int16) over groups of
+input channels. Their weights are packed as ``[O/ob, KH, KW, C/g, ob, g]`` (``ob`` =
+``Conv2DInt8Config.oc_block``, a multiple of the instruction's lanes, ``g`` its group;
+O and C zero-padded), so that one vector load gives ``lanes`` output channels x ``g``
+input channels; `kernel_pack_map_int8` is that layout as an IndexMap. The input is copied
+once ("conv2d_nhwc_ohwi_int8_pad") where the instruction needs another dtype, padding or
+channels padded to the group; it is zero-padded before the conversion, so a padded pixel
+adds nothing (int8 data on vpdpbusd reads ``x + 128``: ``128 * sum(w)`` per output channel,
+`compensation`, is subtracted in the write-back).
+
+Depthwise convs (groups == in_channels) have no channel reduction for a dot product:
+int32 products vectorized over the channels (LLVM widens the 8-bit operands), the
+weights packed as the float kernel's, ``[O/ob, KH, KW, 1, ob]``, the border tested in
+the tile loop.
+
+Schedule (as conv2d_nhwc_ohwi's): parallel over (output-channel block, batch, output row),
+the channel block outermost when the kernel is large; a register tile of ``ow_block``
+output columns x ``oc_block`` channels accumulates in int32 registers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+from tvm.tirx import IndexMap
+
+from .conv2d import CHANNELS_INNER_MAX_KERNEL_BYTES, CHANNELS_INNER_MIN_OUTPUT_PIXELS, Conv2DGeometry, conv2d_geometry
+from .dense_int8 import DATA_DTYPES, Int8Dot, dot_tile, int8_dot, needs_compensation, schedule_copy
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .tiles import vectorize_inner
+
+NAME = "conv2d_nhwc_ohwi_int8"
+
+
+@dataclass(frozen=True)
+class Conv2DInt8Config:
+    """Schedule knobs: output channels per register tile (whole vectors of int32), output
+    columns per register tile, the instruction (unused by depthwise convs: `lanes` is its
+    vector), whether to use threads, and whether the channel-block loop is outermost."""
+
+    oc_block: int
+    ow_block: int
+    dot: Int8Dot
+    parallel: bool = True
+    channels_outer: bool = True
+
+    @property
+    def lanes(self) -> int:
+        return self.dot.lanes
+
+
+def conv2d_int8_geometry(
+    data_shape, kernel_shape, strides=1, padding=0, dilation=1, groups: int = 1, data_dtype="uint8", kernel_dtype="int8"
+) -> Conv2DGeometry:
+    """Check a conv2d_nhwc_ohwi_int8 call and return its geometry.
+
+    data_shape: 4-D, NHWC: [batch, in_height, in_width, in_channel], uint8 or int8.
+    kernel_shape: 4-D, OHWI: [out_channel, kernel_h, kernel_w, in_channel / groups], int8.
+    groups: 1, or in_channel (depthwise, out_channel a multiple of it).
+    """
+    if str(data_dtype) not in DATA_DTYPES:
+        raise ValueError(f"{NAME}: data dtype {data_dtype} is not supported; supported: {', '.join(DATA_DTYPES)}")
+    if str(kernel_dtype) != "int8":
+        raise ValueError(f"{NAME}: kernel dtype {kernel_dtype} is not supported; supported: int8")
+    try:
+        geo = conv2d_geometry(data_shape, kernel_shape, strides, padding, dilation, groups)
+    except ValueError as err:
+        raise ValueError(str(err).replace("conv2d_nhwc_ohwi:", f"{NAME}:", 1)) from None
+    if geo.groups not in (1, geo.in_c):
+        raise ValueError(
+            f"{NAME}: groups={geo.groups} is not supported; "
+            f"supported: 1 and depthwise (groups = in_channels = {geo.in_c})"
+        )
+    return geo
+
+
+def is_depthwise(geo: Conv2DGeometry) -> bool:
+    return geo.groups > 1
+
+
+def takes_compensation(geo: Conv2DGeometry, cfg: Conv2DInt8Config, data_dtype: str) -> bool:
+    """Whether the kernel takes `compensation` (int8 data of an ungrouped conv on vpdpbusd)."""
+    return not is_depthwise(geo) and needs_compensation(data_dtype, cfg.dot)
+
+
+def conv2d_int8_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DInt8Config:
+    """Tile sizes for `geo` on `target`, from its int8 instruction and register budget."""
+    knobs, dot = cpu_knobs(target), int8_dot(target)
+    lanes, two = dot.lanes, 2 * dot.lanes
+    if is_depthwise(geo):
+        whole = [b for b in (two, lanes) if geo.out_c % b == 0]
+        oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
+    else:
+        oc_block = two if geo.out_c > lanes else lanes
+    ow_block = pick_block(geo.out_w, max(knobs.accumulators // max(oc_block // lanes, 1), 1))
+    return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, _channels_outer(geo))
+
+
+def _channels_outer(geo: Conv2DGeometry) -> bool:
+    """conv2d_nhwc_ohwi's rule, for int8 kernels (one byte a weight)."""
+    small_kernel = geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups) <= CHANNELS_INNER_MAX_KERNEL_BYTES
+    if is_depthwise(geo):
+        return not small_kernel
+    return not (small_kernel and geo.out_h * geo.out_w >= CHANNELS_INNER_MIN_OUTPUT_PIXELS)
+
+
+def packed_kernel_shape(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int, ...]:
+    """Shape of the kernel packed by `kernel_pack_map_int8`."""
+    ob, g = cfg.oc_block, cfg.dot.group
+    if is_depthwise(geo):
+        return (geo.out_c // ob, geo.kh, geo.kw, 1, ob)
+    return (round_up(geo.out_c, ob) // ob, geo.kh, geo.kw, round_up(geo.in_c, g) // g, ob, g)
+
+
+def kernel_pack_map_int8(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> IndexMap:
+    """OHWI -> the packed kernel layout (see the module docstring) as an IndexMap (zero-padded)."""
+    ob, g = cfg.oc_block, cfg.dot.group
+    if is_depthwise(geo):
+        return IndexMap.from_func(lambda o, h, w, i: [o // ob, h, w, i, o % ob])
+    return IndexMap.from_func(lambda o, h, w, i: [o // ob, h, w, i // g, o % ob, i % g])
+
+
+def compensation(kernel_ohwi: np.ndarray) -> np.ndarray:
+    """``128 * sum(w)`` per output channel, int32 [O]: what int8 data read as ``x + 128`` adds."""
+    return (128 * kernel_ohwi.astype(np.int64).reshape(kernel_ohwi.shape[0], -1).sum(axis=1)).astype("int32")
+
+
+def _input_extent(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int, int]:
+    """Rows and columns of the input that the tile grid reads (past the padding)."""
+    need_h = (geo.out_h - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
+    need_w = (round_up(geo.out_w, cfg.ow_block) - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
+    return need_h, need_w
+
+
+def _padded_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DInt8Config, dtype: str) -> te.Tensor:
+    """`data` as the tile grid reads it: in `dtype`, zero-padded around (before the
+    conversion), channels zero-padded to the group ("conv2d_nhwc_ohwi_int8_pad"); `data`
+    itself when none of that is needed."""
+    need_h, need_w = _input_extent(geo, cfg)
+    g = 1 if is_depthwise(geo) else cfg.dot.group
+    pt, pl = geo.pad[0], geo.pad[1]
+    in_place = pt == 0 and pl == 0 and need_h <= geo.in_h and need_w <= geo.in_w
+    if in_place and str(data.dtype) == dtype and geo.in_c % g == 0:
+        return data
+    flip = dtype == "uint8" and str(data.dtype) == "int8"  # vpdpbusd reads int8 data as x + 128
+
+    def value(n, y, x, c):
+        inside = tirx.all(y >= pt, y < pt + geo.in_h, x >= pl, x < pl + geo.in_w, c < geo.in_c)
+        v = data[
+            n,
+            tirx.min(tirx.max(y - pt, 0), geo.in_h - 1),
+            tirx.min(tirx.max(x - pl, 0), geo.in_w - 1),
+            tirx.min(c, geo.in_c - 1),
+        ]
+        v = tirx.if_then_else(inside, v, tirx.const(0, data.dtype))
+        return (v.astype("int16") + 128).astype("uint8") if flip else v.astype(dtype)
+
+    return te.compute((geo.batch, need_h, need_w, round_up(geo.in_c, g)), value, name=f"{NAME}_pad")
+
+
+def conv2d_nhwc_ohwi_int8(
+    data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DInt8Config, comp: te.Tensor | None = None
+) -> te.Tensor:
+    """Integer convolution of NHWC data with an OHWI kernel packed by `kernel_pack_map_int8`.
+
+    data: 4-D, NHWC: [batch, in_height, in_width, in_channel], uint8 or int8.
+    packed_kernel: int8, `packed_kernel_shape(geo, cfg)`.
+    comp: int32 [out_channel] (`compensation`), exactly when `needs_compensation` (int8
+    data on vpdpbusd) for an ungrouped conv.
+    Returns int32 4-D, NHWC: [batch, out_height, out_width, out_channel], named
+    "conv2d_nhwc_ohwi_int8"; "conv2d_nhwc_ohwi_int8_acc" covers the padded tile grid.
+    """
+    if tuple(int(v) for v in packed_kernel.shape) != packed_kernel_shape(geo, cfg):
+        raise ValueError(
+            f"{NAME}: packed kernel shape {list(packed_kernel.shape)} != expected {list(packed_kernel_shape(geo, cfg))}"
+        )
+    if takes_compensation(geo, cfg, data.dtype) != (comp is not None):
+        raise ValueError(f"{NAME}: a compensation is needed exactly for ungrouped convs of int8 data on vpdpbusd")
+    if is_depthwise(geo) and geo.out_c % cfg.oc_block:
+        raise ValueError(f"{NAME}: oc_block={cfg.oc_block} must divide out_channels={geo.out_c} when depthwise")
+    acc = (_depthwise_acc if is_depthwise(geo) else _dot_acc)(data, packed_kernel, geo, cfg)
+    shape = (geo.batch, geo.out_h, geo.out_w, geo.out_c)
+    if comp is None:
+        return te.compute(shape, lambda n, h, w, o: acc[n, h, w, o], name=NAME)
+    return te.compute(shape, lambda n, h, w, o: acc[n, h, w, o] - comp[o], name=NAME)
+
+
+def _dot_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> te.Tensor:
+    """The int32 register tiles of an ungrouped conv: sums over (kh, kw, channel group, channel)."""
+    ob, g = cfg.oc_block, cfg.dot.group
+    padded = _padded_input(data, geo, cfg, cfg.dot.data_dtype)
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    rkh = te.reduce_axis((0, geo.kh), name="rkh")
+    rkw = te.reduce_axis((0, geo.kw), name="rkw")
+    rco = te.reduce_axis((0, round_up(geo.in_c, g) // g), name="rco")
+    rci = te.reduce_axis((0, g), name="rci")
+    return te.compute(
+        (geo.batch, geo.out_h, round_up(geo.out_w, cfg.ow_block), round_up(geo.out_c, ob)),
+        lambda n, h, w, o: te.sum(
+            padded[n, h * sh + rkh * dh, w * sw + rkw * dw, rco * g + rci].astype("int32")
+            * packed_kernel[o // ob, rkh, rkw, rco, o % ob, rci].astype("int32"),
+            axis=[rkh, rkw, rco, rci],
+        ),
+        name=f"{NAME}_acc",
+    )
+
+
+def _depthwise_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> te.Tensor:
+    """The int32 register tiles of a depthwise conv: sums over (kh, kw)."""
+    ob, mult = cfg.oc_block, geo.out_c // geo.in_c
+    padded = _padded_input(data, geo, cfg, str(data.dtype))
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    rkh = te.reduce_axis((0, geo.kh), name="rkh")
+    rkw = te.reduce_axis((0, geo.kw), name="rkw")
+    return te.compute(
+        (geo.batch, geo.out_h, round_up(geo.out_w, cfg.ow_block), geo.out_c),
+        lambda n, h, w, o: te.sum(
+            padded[n, h * sh + rkh * dh, w * sw + rkw * dw, o // mult].astype("int32")
+            * packed_kernel[o // ob, rkh, rkw, 0, o % ob].astype("int32"),
+            axis=[rkh, rkw],
+        ),
+        name=f"{NAME}_acc",
+    )
+
+
+def _tile_loops(sch: s_tir.Schedule, loops, cfg: Conv2DInt8Config, inner: list):
+    """Order (n, h, w, o) + reductions for the register tile: returns (outer loop, tile loop)
+    with the tile's columns and channel loops `inner(wi, oi)` innermost."""
+    n, h, w, o, *reductions = loops
+    wo, wi = sch.split(w, [None, cfg.ow_block])
+    oo, oi = sch.split(o, [None, cfg.oc_block])
+    tile_inner = inner(wi, oi)
+    if cfg.channels_outer:
+        sch.reorder(oo, n, h, wo, *reductions, *tile_inner)
+        outer, tile = sch.fuse(oo, n, h), wo
+    else:
+        sch.reorder(n, h, wo, oo, *reductions, *tile_inner)
+        outer, tile = sch.fuse(n, h), oo
+    if cfg.parallel:
+        sch.parallel(outer)
+    return outer, tile
+
+
+def schedule_conv2d_nhwc_ohwi_int8(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tirx.PrimFunc:
+    """Schedule a PrimFunc made from `conv2d_nhwc_ohwi_int8` (blocks found by name)."""
+    sch = s_tir.Schedule(func)
+    acc, out = sch.get_sblock(f"{NAME}_acc"), sch.get_sblock(NAME)
+    loops = sch.get_loops(acc)
+    lanes = cfg.lanes
+    if is_depthwise(geo):
+        _, tile = _tile_loops(sch, loops, cfg, lambda wi, oi: [wi, *sch.split(oi, [None, lanes])])
+        wi, ov, ol = sch.get_loops(acc)[-3:]
+        sch.unroll(wi)
+        sch.unroll(ov)
+        sch.vectorize(ol)
+        sch.reverse_compute_at(out, tile)
+        sch.set_scope(acc, 0, "local")
+        sch.decompose_reduction(acc, loops[4])  # rkh
+        try:  # the border tested in the tile loop, one select per vector of channels
+            sch.compute_inline(sch.get_sblock(f"{NAME}_pad"))
+        except s_tir.schedule.schedule.ScheduleError:  # no padding
+            pass
+    else:
+        rco, rci = loops[-2:]
+
+        def inner(wi, oi):
+            ov, ol = sch.split(oi, [None, lanes])
+            return [wi, ov, ol, rci]
+
+        _, tile = _tile_loops(sch, loops[:-1], cfg, inner)
+        wi, ov, ol, _ = sch.get_loops(acc)[-4:]
+        sch.unroll(wi)
+        sch.unroll(ov)
+        sch.reverse_compute_at(out, tile)
+        dot_tile(sch, acc, loops[4], ol, cfg.dot)  # zeroed at rkh
+        schedule_copy(sch, f"{NAME}_pad", lanes, cfg.parallel, outer_loops=2)
+    vectorize_inner(sch, out, lanes)
+    return sch.mod["main"]
+
+
+@functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
+def conv2d_nhwc_ohwi_int8_func(geo: Conv2DGeometry, cfg: Conv2DInt8Config, data_dtype: str = "uint8") -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel[, compensation]) -> int32 out for one geometry."""
+    data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), data_dtype, name="data")
+    kernel = te.placeholder(packed_kernel_shape(geo, cfg), "int8", name="packed_kernel")
+    compensated = takes_compensation(geo, cfg, data_dtype)
+    comp = te.placeholder((geo.out_c,), "int32", name="compensation") if compensated else None
+    out = conv2d_nhwc_ohwi_int8(data, kernel, geo, cfg, comp)
+    args = [data, kernel] + ([comp] if comp is not None else []) + [out]
+    return schedule_conv2d_nhwc_ohwi_int8(te.create_prim_func(args, index_dtype_override="int64"), geo, cfg)
