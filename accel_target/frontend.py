@@ -9,7 +9,9 @@ import warnings
 import tvm
 from tvm import relax
 
+from .onnx_quant import accel_converters, fold_pad_inputs
 from .torch_ops import import_program
+from .torch_quant import CONVERTERS as QUANTIZED_TORCH_OPS
 
 
 def _first_line(err: BaseException) -> str:
@@ -59,7 +61,7 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             with torch.no_grad(), _without_kv_cache(model):
                 program = torch.export.export(model, tuple(example_inputs))
-            mod = import_program(program, keep_params_as_input=keep_params_as_input)
+            mod = import_program(program, keep_params_as_input=keep_params_as_input, converters=QUANTIZED_TORCH_OPS)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {_first_line(err)}") from err
     if not keep_params_as_input:
@@ -81,7 +83,7 @@ def from_exported_program_file(path) -> tvm.IRModule:
     except Exception as err:  # zip/pickle/version errors
         raise ValueError(f"accel: {path!r} is not a saved torch.export program ({_first_line(err)})") from err
     try:
-        return import_program(program)
+        return import_program(program, converters=QUANTIZED_TORCH_OPS)
     except Exception as err:  # the importer raises many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {path!r}: {_first_line(err)}") from err
 
@@ -101,7 +103,11 @@ def load_model(path) -> tvm.IRModule:
 
 
 def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> tvm.IRModule:
-    """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants."""
+    """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants.
+
+    Quantized models import too: QuantizeLinear / DequantizeLinear (QDQ, per tensor or per
+    channel), QLinearConv, QLinearMatMul, quantized pads (accel_target/onnx_quant.py); the
+    pipeline rewrites them to integer kernels (accel_target/quantize.py)."""
     import onnx
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
@@ -120,7 +126,8 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
     except onnx.checker.ValidationError as err:
         raise ValueError(f"accel: the ONNX model is malformed: {_first_line(err)}") from err
     try:
-        return tvm_from_onnx(model, shape_dict)
+        with accel_converters():
+            return tvm_from_onnx(fold_pad_inputs(model), shape_dict)
     except tvm.error.OpNotImplemented as err:
         raise UnsupportedModelError(f"accel: {str(err).strip().splitlines()[-1]}") from err
 

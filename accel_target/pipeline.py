@@ -1,16 +1,19 @@
 """The accel Relax pipeline, and `build` / `optimize`, the successors of `relay.build`.
 
-Small functions return lists of passes (as in relax/backend/cpu_generic):
+Small functions return lists of passes (as in relax/backend/cpu_generic), one per phase;
+PHASES is their order, the one list that the registered pipeline, `optimize`, `build`
+and `tune` all run (`run_phases`):
 
-    graph_passes      fold BN into conv, decompose for inference, ConvertLayout to
-                      NHWC/OHWI, fold every weight transform, cancel the rest
-    legalize_passes   LegalizeOps (the strategies pick the kernels), fuse elementwise
-                      ops into the accel kernels' write-back (epilogues) or into one
-                      kernel of their own, split TVM's own kernels across threads,
-                      write a kernel's output over a residual that dies with it
-    lowering_passes   TVM's CPU dataflow lowering and finalization
+    graph       graph_passes: fold BN into conv, decompose for inference, ConvertLayout to
+                NHWC/OHWI, fold every weight transform, cancel the rest
+    legalize    legalize_passes: LegalizeOps (the strategies pick the kernels)
+    kernels     kernel_passes: fuse elementwise ops into the accel kernels' write-back
+                (epilogues) or into one kernel of their own, split TVM's own kernels across
+                threads, write a kernel's output over a residual that dies with it
+    lowering    lowering_passes: TVM's CPU dataflow lowering and finalization, then what the
+                build does to every lowered kernel (topi_accel.tuning.lowered_kernel_steps)
 
-``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all three.
+``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all four.
 
 The contract: accel never fails where stock TVM succeeds. Each step of ours applies
 or leaves what it would change as it was: a graph pass that raises (or leaves a
@@ -25,6 +28,9 @@ decline is recorded (strategy.registry.decline: the report's `declines`, and the
 from __future__ import annotations
 
 import contextlib
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax
@@ -32,13 +38,15 @@ from tvm.relax.backend import cpu_generic
 
 import strategy.conv2d
 import topi_accel
-from strategy import recording, select
+from strategy import select
 from strategy import strict as strict_mode
 from strategy.registry import attempt, recording_declines, suspended
 
 from . import deploy
+from .deploy import AccelExecutable
 from .inplace import write_in_place
-from .report import OpRow, Report, calls_of, is_accel_kernel, module_kernels, op_rows, runtime_kernels
+from .quantize import quantize_qdq
+from .reporting import Report, calls_of, module_kernels, runtime_kernels
 from .transforms import (
     FastMath,
     FoldConstantNumpy,
@@ -90,6 +98,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
     return [
         contained(p)
         for p in [
+            quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),
             SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
@@ -127,72 +136,133 @@ def per_kernel(step: str, rewrite):
     return lambda name, func: attempt(step, name, rewrite, func)
 
 
+_DECLINED = object()
+
+
 @tvm.transform.module_pass(opt_level=0, name="ScheduleKernels")
 def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
-    write-back (InlineEpilogue); split TVM's own (serial) kernels across the thread pool
-    (Parallelize), unless the target has one core."""
+    write-back (InlineEpilogue) and give the fused function the IMPL attribute of the
+    kernel's output block (FuseTIR keeps block annotations, not function attributes); split
+    TVM's own (serial) kernels across the thread pool (Parallelize), unless the target has
+    one core."""
     parallel = topi_accel.cpu_knobs().parallel
     epilogue = per_kernel("InlineEpilogue", topi_accel.inline_epilogue)
     split = per_kernel("Parallelize", topi_accel.parallelize)
 
     def schedule(name, func):
-        accel = attempt("ScheduleKernels", name, topi_accel.contains_accel_kernel, func)
-        if accel is None:  # declined: not even an s_tir schedule of it
+        impl = attempt("ScheduleKernels", name, topi_accel.epilogue.accel_impl, func, default=_DECLINED)
+        if impl is _DECLINED:  # not even an s_tir schedule of it
             return None
-        if accel:
-            return epilogue(name, func)
+        if impl is not None:
+            return (epilogue(name, func) or func).with_attr(topi_accel.epilogue.IMPL, impl)
         return split(name, func) if parallel else None
 
     return _update_prim_funcs(mod, schedule)
 
 
+_FUSION: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_fusion", default=None)
+
+
+@tvm.transform.module_pass(opt_level=0, name="NoteFusion")
+def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Between FuseOps and FuseTIR: put the group functions FuseOps made in the open
+    `_noting_fusion` log, for the report (reporting.fused_into); changes nothing."""
+    log = _FUSION.get()
+    if log is not None:
+        log.extend(
+            func
+            for func in mod.functions.values()
+            if isinstance(func, relax.Function) and func.attrs is not None and "Primitive" in func.attrs
+        )
+    return mod
+
+
+@contextlib.contextmanager
+def _noting_fusion():
+    log: list = []
+    token = _FUSION.set(log)
+    try:
+        yield log
+    finally:
+        _FUSION.reset(token)
+
+
 def legalize_passes() -> list[tvm.transform.Pass]:
-    """Kernels for every op (accel strategies first); elementwise chains fused, into the
-    accel kernels' write-back when they follow one; such a kernel writes over the residual
-    it adds when nothing reads that afterwards (accel_target/inplace.py)."""
+    """Kernels for every op, the accel strategies first (a strategy that raises gives the op to
+    the next one, or TVM's)."""
+    return [*cpu_generic.pipeline.library_dispatch_passes(None), relax.transform.LegalizeOps()]  # sort, scan first
+
+
+def kernel_passes() -> list[tvm.transform.Pass]:
+    """Elementwise chains fused, into the accel kernels' write-back when they follow one; such
+    a kernel writes over the residual it adds when nothing reads that afterwards
+    (accel_target/inplace.py)."""
     return [
-        relax.transform.LegalizeOps(),  # a strategy that raises gives the op to the next one, or TVM's
         contained(relax.transform.FoldConstant()),
         relax.transform.AnnotateTIROpPattern(),
         # together: FuseOps leaves grouped functions that only FuseTIR makes kernels of
-        contained(tvm.transform.Sequential([relax.transform.FuseOps(), relax.transform.FuseTIR()], name="FuseOps")),
+        contained(
+            tvm.transform.Sequential(
+                [relax.transform.FuseOps(), note_fusion, relax.transform.FuseTIR()], name="FuseOps"
+            )
+        ),
         schedule_kernels,  # contained per kernel
         contained(write_in_place),  # and per kernel
         relax.transform.DeadCodeElimination(),
     ]
 
 
-@tvm.transform.module_pass(opt_level=0, name="ClaimIterations")
-def claim_iterations(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """The threads claim the iterations of every kernel's parallel loops as they go instead
-    of taking fixed slices (topi_accel.workshare); last, as it leaves the kernels without
-    the blocks that RewriteDataflowReshape reads."""
-    knobs = topi_accel.cpu_knobs()
-    if not knobs.parallel:
-        return mod
-    return _update_prim_funcs(
-        mod, per_kernel("ClaimIterations", lambda func: topi_accel.claim_iterations(func, knobs.cores))
-    )
+def kernel_step(name: str, rewrite) -> tvm.transform.Pass:
+    """A module pass applying rewrite(func) -> func or None to every kernel, leaving a kernel
+    on which it raises as it was (declined, see strategy.registry.decline)."""
 
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _step(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return _update_prim_funcs(mod, per_kernel(name, rewrite))
 
-@tvm.transform.module_pass(opt_level=0, name="InsertPrefetches")
-def insert_prefetches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Put into the kernels whose schedules asked for them the prefetches of the next weight
-    panel (topi_accel.prefetch); they are lowered to do so, hence late, like ClaimIterations."""
-    return _update_prim_funcs(mod, per_kernel("InsertPrefetches", topi_accel.insert_prefetches))
+    return _step
 
 
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """TVM's CPU dataflow lowering and finalization, then the steps the build applies to every
+    lowered kernel (prefetches, claimed iterations: topi_accel.tuning.lowered_kernel_steps,
+    which the tuner runs too); last, as they leave the kernels without the blocks that
+    RewriteDataflowReshape reads."""
     return (
         cpu_generic.pipeline.dataflow_lower_passes(target)
         + cpu_generic.pipeline.finalize_passes(target)
-        + [insert_prefetches, claim_iterations]
+        + [kernel_step(name, rewrite) for name, rewrite in topi_accel.tuning.lowered_kernel_steps(target)]
     )
 
 
-def _sequential(passes) -> tvm.transform.Pass:
-    return tvm.transform.Sequential(passes)
+@dataclass(frozen=True)
+class Phase:
+    """A part of the pipeline: its passes for a target, and whether the strategies are
+    suspended while it runs (the graph passes legalize only to fold constants)."""
+
+    name: str
+    passes: Callable[[tvm.target.Target], list[tvm.transform.Pass]]
+    suspend_strategies: bool = False
+
+
+PHASES = (
+    Phase("graph", lambda target: graph_passes(), suspend_strategies=True),
+    Phase("legalize", lambda target: legalize_passes()),
+    Phase("kernels", lambda target: kernel_passes()),
+    Phase("lowering", lowering_passes),
+)
+
+
+def run_phases(mod: tvm.IRModule, target: tvm.target.Target, first: str, last: str) -> dict[str, tvm.IRModule]:
+    """Run the PHASES from `first` to `last` on `mod` under `target`: each one's result by name."""
+    names = [p.name for p in PHASES]
+    out = {}
+    for phase in PHASES[names.index(first) : names.index(last) + 1]:
+        with target, suspended() if phase.suspend_strategies else contextlib.nullcontext():
+            mod = tvm.transform.Sequential(phase.passes(target))(mod)
+        out[phase.name] = mod
+    return out
 
 
 def get_pipeline() -> tvm.transform.Pass:
@@ -200,8 +270,7 @@ def get_pipeline() -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="AccelPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        target = tvm.target.Target.current()
-        return _sequential(legalize_passes() + lowering_passes(target))(_run_graph_passes(mod))
+        return run_phases(mod, tvm.target.Target.current(), PHASES[0].name, PHASES[-1].name)[PHASES[-1].name]
 
     return _pipeline
 
@@ -245,14 +314,10 @@ def optimize(
     return _optimize(mod, params, target, input_layout, strict, tuning_db, output_layout)[0]
 
 
-def _run_graph_passes(mod: tvm.IRModule) -> tvm.IRModule:
-    with suspended():  # FoldConstant legalizes every call: no accel kernels for that
-        return _sequential(graph_passes())(mod)
-
-
 def _graph(mod, params, target, input_layout, output_layout=None) -> tvm.IRModule:
     with target:
-        return _run_graph_passes(_prepare(mod, params, input_layout, output_layout))
+        prepared = _prepare(mod, params, input_layout, output_layout)
+    return run_phases(prepared, target, "graph", "graph")["graph"]
 
 
 def _strictness(strict):
@@ -261,14 +326,16 @@ def _strictness(strict):
 
 
 def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, output_layout=None):
+    """(module after the kernel passes, its Report without runtime kernels)."""
     target = tvm.target.Target(target)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
     with _strictness(strict), recording_declines() as declines:
         graph = _graph(mod, params, target, input_layout, output_layout)
-        rows = op_rows(graph)
-        with target, topi_accel.tuning.using(db), recording() as decisions:
-            lowered = _sequential(legalize_passes())(graph)
-    return lowered, Report.from_rows(rows, decisions, target.keys, declines)
+        with topi_accel.tuning.using(db), _noting_fusion() as groups:
+            done = run_phases(graph, target, "legalize", "kernels")
+    if any(d.step == "FuseOps" for d in declines):  # declined: the module was left unfused
+        groups = []
+    return done["kernels"], Report.of_modules(graph, done["legalize"], groups, declines)
 
 
 def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):
@@ -324,10 +391,11 @@ def build(
     tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
     weights: "embedded" keeps the weights (folded and packed for the kernels) in the
         executable; "separate" makes them trailing inputs of main, kept in
-        ``executable.accel_weights`` for `deploy.save` to write beside the library.
+        ``executable.weights`` for `deploy.save` to write beside the library.
 
-    Returns a VMExecutable for relax.VirtualMachine; `report(executable)` tells
-    which kernel every op got, and which step declined what (left it as it was) and why.
+    Returns an AccelExecutable: a VMExecutable (for relax.VirtualMachine, export_library)
+    with ``.report`` (also `report(executable)`: which kernel every op got, what runs, and
+    which step declined what, left it as it was, and why) and ``.weights``.
     """
     if weights not in deploy.WEIGHT_MODES:
         raise ValueError(
@@ -339,30 +407,35 @@ def build(
         if weights == "separate":
             lowered, lifted = deploy.lift_weights(lowered)
         target = tvm.target.Target(target)
-        executable = tvm.compile(lowered, target=target, relax_pipeline=_sequential(lowering_passes(target)))
-    executable.accel_report = report.with_declines(declines)
-    executable.accel_weights = lifted
-    return executable
+        final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
+        executable = tvm.compile(final, target=target, relax_pipeline=None)
+    # the kernels main calls, read from the module the executable is made of
+    return AccelExecutable(executable, report.with_kernels(module_kernels(final)).with_declines(declines), lifted)
 
 
-def report(executable_or_module) -> Report:
+def report(subject) -> Report:
     """Which kernel every op got, and the layout transforms left at run time.
 
-    executable_or_module: an executable from `build` (full per-op report); a
-    Relax module, which goes through `optimize` first (target "accel"); or a
-    VMExecutable built another way (``tvm.compile(..., relax_pipeline="accel")``),
-    whose report lists the kernels it calls.
+    subject: an executable from `build`, or a model from `load` (its full report, kept
+    with it); a Relax module, which goes through `optimize` first (target "accel"); or a
+    VMExecutable built another way (``tvm.compile(..., relax_pipeline="accel")``), whose
+    report lists the kernels it calls.
     """
-    if isinstance(executable_or_module, relax.VMExecutable):
-        kernels = runtime_kernels(executable_or_module)
-        stored = getattr(executable_or_module, "accel_report", None)
-        if stored is None:
-            rows = tuple(
-                OpRow("kernel", (), "", "accel" if is_accel_kernel(name) else "tvm", name) for name in kernels.calls
+    if isinstance(subject, AccelExecutable):
+        return subject.report
+    if isinstance(subject, deploy.Deployed):
+        if subject.report is None:
+            raise ValueError(
+                f"accel report: {subject.library!r} was saved without a report (its signature file has none); "
+                "save the model again with accel_target.save"
             )
-            stored = Report(rows)
-        return stored.with_kernels(kernels)
-    if isinstance(executable_or_module, tvm.IRModule):
-        lowered, rep = _optimize(executable_or_module, None, "accel", None)
+        return subject.report
+    if isinstance(subject, relax.VMExecutable):
+        return Report.of_kernels(runtime_kernels(subject))
+    if isinstance(subject, tvm.IRModule):
+        lowered, rep = _optimize(subject, None, "accel", None)
         return rep.with_kernels(module_kernels(lowered))
-    raise TypeError(f"accel report: expected a VMExecutable or an IRModule, got {type(executable_or_module).__name__}")
+    raise TypeError(
+        f"accel report: expected an executable from build, a model from load, a VMExecutable or an IRModule, "
+        f"got {type(subject).__name__}"
+    )

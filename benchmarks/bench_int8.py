@@ -1,0 +1,195 @@
+"""Quantized models, batch 1: accel int8 against ONNX Runtime int8 and accel's own fp32 build.
+
+    python benchmarks/bench_int8.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--threads 2]
+
+The models of benchmarks/models.py (random weights) are exported to ONNX and quantized with ONNX
+Runtime's ``quantize_static`` as a user would: QDQ format, per-channel int8 weights, uint8
+activations, random calibration data (BERT: its MatMul / Gemm layers only), ``reduce_range=True``
+(7-bit weights, so that ONNX Runtime's u8s8 kernels do not saturate on a CPU without VNNI and the
+two int8 results can be compared). Contenders, each timed in a fresh process of its own with the
+same thread count:
+
+- accel int8: ``accel_target.build(accel_target.from_onnx(qdq file))``;
+- ONNX Runtime int8: an InferenceSession of the same QDQ file;
+- accel fp32: ``accel_target.build(accel_target.from_torch(model))``.
+
+Prints a markdown table (and --json rows); "agree" is the share of accel int8's outputs within one
+quantization step of ONNX Runtime's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONTENDERS = ("accel int8", "ONNX Runtime int8", "accel fp32")
+REPEAT = 30
+
+
+def _quantize(name: str, folder: str) -> tuple[str, str]:
+    """(float ONNX path, QDQ path) of benchmark model `name`, and its input saved as x.npy."""
+    import numpy as np
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    sys.path.insert(0, HERE)
+    from models import make
+
+    model, x = make(name)
+    np.save(os.path.join(folder, "x.npy"), x.numpy())
+    float_path, qdq_path = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
+    torch.onnx.export(model, (x,), float_path, dynamo=False, input_names=["x"])
+
+    class RandomData(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.batches = iter([{"x": rng.standard_normal(tuple(x.shape)).astype("float32")} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    ops = {"op_types_to_quantize": ["MatMul", "Gemm"]} if name.startswith("bert") else {}
+    quantize_static(
+        float_path,
+        qdq_path,
+        RandomData(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        reduce_range=True,
+        weight_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
+        **ops,
+    )
+    return float_path, qdq_path
+
+
+def _runner(contender: str, name: str, folder: str, threads: int):
+    """(run, output) for one contender, built or loaded in this process."""
+    import numpy as np
+
+    import accel_target
+    from accel_target.benchmark import onnxruntime_runner, vm_runner
+
+    x = np.load(os.path.join(folder, "x.npy"))
+    qdq_path = os.path.join(folder, "qdq.onnx")
+    if contender == "ONNX Runtime int8":
+        run = onnxruntime_runner(qdq_path, [x], threads)
+        return run, lambda: run()[0]
+    if contender == "accel int8":
+        executable = accel_target.build(accel_target.from_onnx(qdq_path))
+    else:
+        import torch
+
+        sys.path.insert(0, HERE)
+        from models import make
+
+        torch.set_num_threads(threads)
+        model, _ = make(name)
+        executable = accel_target.build(accel_target.from_torch(model, (torch.from_numpy(x),)))
+    run = vm_runner(executable, [x])
+    return run, lambda: run().numpy()
+
+
+def measure(contender: str, name: str, folder: str, threads: int) -> dict:
+    """Build (timed), run and time one contender; its output saved beside the model."""
+    import numpy as np
+
+    from accel_target.benchmark import median_ms
+
+    started = time.perf_counter()
+    try:
+        run, output = _runner(contender, name, folder, threads)
+    except Exception as err:  # a model this contender cannot build: say so in the table
+        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"}
+    row = {"build s": time.perf_counter() - started}
+    np.save(os.path.join(folder, f"{contender.replace(' ', '_')}.npy"), output())
+    row["ms"] = float(np.median([median_ms(run, REPEAT) for _ in range(3)]))
+    return row
+
+
+def _in_fresh_process(contender: str, name: str, folder: str, threads: int) -> dict:
+    env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
+    out = subprocess.run(command + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE, text=True)
+    lines = out.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": f"exit {out.returncode}"}
+
+
+def _agreement(folder: str, qdq_path: str) -> float | None:
+    """Share of accel int8's outputs within one output quantization step of ONNX Runtime's."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    files = [os.path.join(folder, f"{c.replace(' ', '_')}.npy") for c in ("accel int8", "ONNX Runtime int8")]
+    if not all(os.path.isfile(f) for f in files):
+        return None
+    model = onnx.load(qdq_path)
+    last = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
+    if last.op_type != "DequantizeLinear":  # a float output (BERT's layer norm): no step to count in
+        return None
+    step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == last.input[1])))
+    accel, ort = (np.load(f) for f in files)
+    return float((np.abs(accel - ort) <= step * 1.001).mean())
+
+
+def markdown(rows: list[dict], threads: int) -> str:
+    import onnxruntime
+    import tvm
+
+    import accel_target
+
+    lines = [
+        f"{threads} threads for every contender, each in a fresh process; CPU {accel_target.machine()}; "
+        f"apache-tvm {tvm.__version__}, onnxruntime {onnxruntime.__version__}; batch 1, median of 3 medians "
+        f"of {REPEAT} runs",
+        "",
+        "| model | " + " | ".join(f"{c} ms" for c in CONTENDERS) + " | int8 vs ORT int8 | int8 vs fp32 | agree |",
+        "|---" * (len(CONTENDERS) + 4) + "|",
+    ]
+    for r in rows:
+        times = [r[c].get("ms") for c in CONTENDERS]
+        cells = [f"{t:.2f}" if t is not None else r[c].get("error", "") for c, t in zip(CONTENDERS, times)]
+        accel, ort, fp32 = times
+        speedups = [f"{other / accel:.2f}x" if accel and other else "" for other in (ort, fp32)]
+        agree = "" if r["agree"] is None else f"{100 * r['agree']:.1f} %"
+        lines.append(f"| {r['model']} | " + " | ".join(cells + speedups + [agree]) + " |")
+    lines += ["", "'int8 vs X' = X's time / accel int8's (above 1: accel int8 is faster)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="resnet50,mobilenet_v2,bert_base_2layers")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)  # one contender's row (internal)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.models, args.dir, args.threads)))
+        return
+    rows = []
+    for name in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="accel_int8_") as folder:
+            print(f"[bench_int8] {name}: export and quantize", file=sys.stderr, flush=True)
+            _, qdq_path = _quantize(name, folder)
+            row = {"model": name}
+            for contender in CONTENDERS:
+                print(f"[bench_int8] {name}: {contender}", file=sys.stderr, flush=True)
+                row[contender] = _in_fresh_process(contender, name, folder, args.threads)
+            row["agree"] = _agreement(folder, qdq_path)
+            rows.append(row)
+    print(markdown(rows, args.threads))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
