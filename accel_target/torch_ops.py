@@ -26,7 +26,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from strategy.layout import constant_array
+from strategy.layout import constant_array, same_dims, tensor_shape
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
 # constants by the importer (parameters stay out: they may be kept as inputs).
@@ -124,12 +124,20 @@ def _scalar(node, index: int, key: str, default):
     return node.args[index] if len(node.args) > index else node.kwargs.get(key, default)
 
 
-def _shape(expr: relax.Expr) -> list[int]:
-    """Static shape of a tensor expression (sdpa needs static shapes)."""
-    shape = [int(d) if isinstance(d, int) or hasattr(d, "value") else None for d in expr.ty.shape]
-    if any(d is None for d in shape):
-        raise ValueError(f"accel: scaled_dot_product_attention needs static shapes, got {list(expr.ty.shape)}")
+def _shape(expr: relax.Expr) -> list:
+    """Shape of a tensor expression: ints, and the PrimExpr of a symbolic dimension (a batch, a
+    sequence length)."""
+    shape = tensor_shape(expr)
+    if shape is None:
+        raise ValueError(f"accel: scaled_dot_product_attention needs operands of known shape, got {expr.ty}")
     return shape
+
+
+def _static(dims: list, what: str) -> list[int]:
+    """`dims` as ints, else a ValueError naming `what` needs them static."""
+    if any(not isinstance(d, int) for d in dims):
+        raise ValueError(f"accel: scaled_dot_product_attention with {what} needs static sizes, got {dims}")
+    return dims
 
 
 def _causal_bias(length: int, kv_length: int, dtype: str) -> relax.Expr:
@@ -175,11 +183,12 @@ def _match_heads(bb, query, key_or_value, enable_gqa: bool) -> relax.Expr:
     """Key/value with the query's batch axes: heads repeated (grouped-query attention:
     each kv head serves consecutive query heads) and other batch axes broadcast."""
     q_shape, shape = _shape(query), _shape(key_or_value)
-    if enable_gqa and len(shape) >= 3 and shape[-3] != q_shape[-3]:
-        key_or_value = bb.emit(relax.op.repeat(key_or_value, q_shape[-3] // shape[-3], axis=-3))
+    if enable_gqa and len(shape) >= 3 and not same_dims(shape[-3:-2], q_shape[-3:-2]):
+        heads, kv_heads = _static([q_shape[-3], shape[-3]], "grouped-query attention (heads)")
+        key_or_value = bb.emit(relax.op.repeat(key_or_value, heads // kv_heads, axis=-3))
         shape = _shape(key_or_value)
     batch = q_shape[:-2]
-    if shape[:-2] != batch:
+    if not same_dims(shape[:-2], batch):
         key_or_value = bb.emit(relax.op.broadcast_to(key_or_value, batch + shape[-2:]))
     return key_or_value
 
@@ -200,7 +209,7 @@ def scaled_dot_product_attention(node, importer) -> relax.Expr:
     rank = len(_shape(key))
     key_t = bb.emit(relax.op.permute_dims(key, list(range(rank - 2)) + [rank - 1, rank - 2]))
     scores = bb.emit(relax.op.matmul(query, key_t))
-    scale = node.kwargs.get("scale") or 1.0 / math.sqrt(_shape(query)[-1])
+    scale = node.kwargs.get("scale") or 1.0 / math.sqrt(_static(_shape(query)[-1:], "no scale (head size)")[0])
     scores = bb.emit(relax.op.multiply(scores, relax.const(scale, dtype)))
     masked = False
     if mask is not None:
@@ -208,7 +217,7 @@ def scaled_dot_product_attention(node, importer) -> relax.Expr:
         masked = _may_mask_whole_rows(bias)
         scores = bb.emit(relax.op.add(scores, bias))
     if _scalar(node, 5, "is_causal", False):  # masks no whole row: column 0 stays
-        scores = bb.emit(relax.op.add(scores, _causal_bias(*_shape(scores)[-2:], dtype)))
+        scores = bb.emit(relax.op.add(scores, _causal_bias(*_static(_shape(scores)[-2:], "is_causal"), dtype)))
     probabilities = _safe_softmax(bb, scores, masked)
     return bb.emit(relax.op.matmul(probabilities, value))
 
@@ -241,14 +250,14 @@ def convert_map(importer, folded: dict) -> dict[str, Converter]:
     return custom
 
 
-def import_program(program, *, keep_params_as_input: bool = False):
+def import_program(program, *, keep_params_as_input: bool = False, converters: dict | None = None):
     """ExportedProgram -> IRModule through TVM's importer, with our decompositions,
-    PyTorch-computed input-independent values and converters."""
+    PyTorch-computed input-independent values and converters (and `converters`: name -> converter)."""
     from tvm.relax.frontend.torch.exported_program_translator import (
         ExportedProgramImporter,
     )
 
     program = program.run_decompositions(decompositions())
     importer = ExportedProgramImporter()
-    custom = convert_map(importer, input_independent_values(program))
+    custom = {**convert_map(importer, input_independent_values(program)), **(converters or {})}
     return importer.from_exported_program(program, keep_params_as_input, True, False, custom)

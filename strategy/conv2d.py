@@ -8,7 +8,18 @@ from tvm import relax
 import topi_accel
 
 from .dispatch import kernel_call
-from .layout import constant_array, dtype_reason, is_permutation, pack_weight, permutation, static_shape, to_layout
+from .layout import (
+    KernelDims,
+    constant_array,
+    dtype_reason,
+    is_permutation,
+    pack_weight,
+    permutation,
+    static_shape,
+    symbolic_axes,
+    tensor_shape,
+    to_layout,
+)
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
@@ -16,7 +27,8 @@ SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
 
 def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -> str | None:
     """None when a convolution `call` has any plain order of `data_axes` / `kernel_axes`
-    (its output too), float32 data and static shapes; else why not."""
+    (its output too), float32 data, a static kernel and static data but for a symbolic
+    batch (N); else why not."""
     attrs = call.attrs
     data, kernel = call.args
     for what, layout, axes in (
@@ -29,20 +41,49 @@ def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -
     reason = dtype_reason(call, SUPPORTED_DTYPES)
     if reason is not None:
         return reason
-    if static_shape(data) is None or static_shape(kernel) is None:
-        return "symbolic shapes are not supported"
+    return shape_reason(data, kernel, str(attrs.data_layout))
+
+
+def shape_reason(data: relax.Expr, kernel: relax.Expr, data_layout: str) -> str | None:
+    """None when `kernel`'s shape is static and `data`'s is but for its batch axis, else why not."""
+    data_shape = tensor_shape(data)
+    if data_shape is None or static_shape(kernel) is None:
+        return "symbolic kernel shapes or data of unknown shape are not supported"
+    symbolic = [data_layout[a] for a in symbolic_axes(data_shape)]
+    if symbolic and symbolic != ["N"]:
+        dims = ", ".join(f"{data_layout[a]}={data_shape[a]}" for a in symbolic_axes(data_shape))
+        return f"symbolic data axes ({dims}) are not supported (only a symbolic batch N)"
     return None
 
 
 def conv2d_condition(call: relax.Call) -> str | None:
-    """conv2d_nhwc_ohwi.accel takes any plain layout of float32 data with static shapes."""
+    """conv2d_nhwc_ohwi.accel takes any plain layout of float32 data with static shapes but
+    for a symbolic batch."""
     return plain_layout_condition(call, "NCHW", "OIHW")
 
 
+def batch_of(call: relax.Call):
+    """The batch of a convolution call's data (axis N of its data layout): an int, or the PrimExpr
+    of a symbolic batch."""
+    return tensor_shape(call.args[0])[str(call.attrs.data_layout).index("N")]
+
+
+def static_data_shape(call: relax.Call) -> list[int]:
+    """The data's shape with a symbolic batch taken as REPRESENTATIVE_BATCH (the kernel's tiles
+    are those of that static size)."""
+    shape = tensor_shape(call.args[0])
+    n = str(call.attrs.data_layout).index("N")
+    return [
+        topi_accel.symbolic.REPRESENTATIVE_BATCH if a == n and not isinstance(d, int) else d
+        for a, d in enumerate(shape)
+    ]
+
+
 def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
-    """The conv2d_nhwc_ohwi geometry of a conv2d call in any plain layout."""
+    """The conv2d_nhwc_ohwi geometry of a conv2d call in any plain layout (a symbolic batch
+    as REPRESENTATIVE_BATCH)."""
     attrs = call.attrs
-    data_shape, kernel_shape = static_shape(call.args[0]), static_shape(call.args[1])
+    data_shape, kernel_shape = static_data_shape(call), static_shape(call.args[1])
     data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     return topi_accel.conv2d_geometry(
         [data_shape[data_layout.index(axis)] for axis in "NHWC"],
@@ -55,7 +96,16 @@ def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
     )
 
 
-def _nhwc_call(bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func, name: str) -> relax.Expr:
+def kernel_batch(call: relax.Call, dims: KernelDims):
+    """The batch argument of the kernel builders: None for a static batch, else the graph's
+    batch expression as `dims` copies it."""
+    batch = batch_of(call)
+    return None if isinstance(batch, int) else dims(batch)
+
+
+def _nhwc_call(
+    bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func, name: str, dims: KernelDims
+) -> relax.Expr:
     """Convert data to NHWC, call kernel `func` (named `name`) on it and the weights from
     `make_kernel()` (emitted after the data's transpose), convert the result to out_layout."""
     attrs = call.attrs
@@ -68,8 +118,8 @@ def _nhwc_call(bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func,
         func,
         name,
         f"{name}.accel",
-        [data, make_kernel()],
-        relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], dtype),
+        [data, make_kernel(), *dims.scalar_args(func)],
+        relax.TensorType([batch_of(call), geo.out_h, geo.out_w, geo.out_c], dtype),
     )
     if str(attrs.out_layout) == "NHWC":
         return out
@@ -82,7 +132,8 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
     convert the result to out_layout."""
     geo = geometry_of(call)
     cfg = topi_accel.conv2d_config(geo)
-    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype))
+    dims = KernelDims()
+    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
     return _nhwc_call(
         bb,
         call,
@@ -90,6 +141,7 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
         lambda: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
         func,
         "conv2d_nhwc_ohwi",
+        dims,
     )
 
 
@@ -111,7 +163,8 @@ def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     geo = geometry_of(call)
     cfg = topi_accel.winograd_config(geo)
     ohwi = constant_array(call.args[1]).transpose(permutation(str(call.attrs.kernel_layout), "OHWI"))
-    func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype))
+    dims = KernelDims()
+    func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
     return _nhwc_call(
-        bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd"
+        bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd", dims
     )

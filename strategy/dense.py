@@ -8,31 +8,50 @@ batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tvm import relax, topi
 
 import topi_accel
+from topi_accel.symbolic import SYMBOLIC
 
 from .dispatch import kernel_call
-from .layout import dtype_reason, pack_weight, static_shape
+from .layout import KernelDims, dtype_reason, pack_weight, same_dims, static_shape, tensor_shape
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.dense.SUPPORTED_DTYPES
 
 
+def _prod(dims):
+    """The product of dims (ints or PrimExprs): an int when all are."""
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else functools.reduce(lambda a, b: a * b, dims)
+
+
+def _static_or_none(dim):
+    return dim if isinstance(dim, int) else SYMBOLIC
+
+
+def _call(bb: relax.BlockBuilder, func, dims: KernelDims, name: str, args, out_type) -> relax.Expr:
+    """kernel_call of `func` with the graph's shape variables its scalar parameters take."""
+    return kernel_call(bb, func, name, f"{name}.accel", [*args, *dims.scalar_args(func)], out_type)
+
+
 def dense_condition(call: relax.Call) -> str | None:
-    """dense_kn.accel takes float32 x [..., K] @ w [K, N] with static shapes."""
+    """dense_kn.accel takes float32 x [..., K] @ w [K, N] with K and the weight static; the
+    rows (x's leading axes) may be symbolic."""
     data, weight = call.args
-    data_shape, weight_shape = static_shape(data), static_shape(weight)
+    data_shape, weight_shape = tensor_shape(data), static_shape(weight)
     if data_shape is None or weight_shape is None:
-        return "symbolic shapes are not supported"
+        return "a symbolic weight shape or data of unknown shape is not supported"
     if len(weight_shape) != 2:
         return f"right operand has rank {len(weight_shape)}; dense_kn needs a 2-D [in, out] weight"
+    if not isinstance(data_shape[-1], int):
+        return f"symbolic in_features K={data_shape[-1]} is not supported (only symbolic rows)"
     return dtype_reason(call, SUPPORTED_DTYPES)
 
 
-def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.Expr:
+def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list) -> relax.Expr:
     """A reshape kernel call, which the VM turns into a view (RewriteDataflowReshape)."""
     return bb.call_te(topi.reshape, x, shape, primfunc_name_hint="reshape")
 
@@ -41,43 +60,41 @@ def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.E
 def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Pack w and call the kernel on x's rows as they are, so that an epilogue (a residual add)
     fuses into it; x is flattened to 2-D (and the result reshaped) only where a register tile
-    of rows would span two of its leading axes."""
+    of rows would span two of its leading axes, or a symbolic axis is not the first."""
     data, weight = call.args
-    data_shape = static_shape(data)
+    data_shape = tensor_shape(data)
     k, n = static_shape(weight)
     rows = data_shape[:-1]
-    m = math.prod(rows)
+    m = _prod(rows)
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
-    cfg = topi_accel.dense_config(m, n)
+    cfg = topi_accel.dense_config(_static_or_none(m), n)
     flatten = not topi_accel.dense.keeps_rows(rows, cfg)
-    kernel_rows = (m,) if flatten else tuple(rows)
+    kernel_rows = [m] if flatten else rows
     if flatten:
         data = bb.emit(_reshape(bb, data, [m, k]))
     packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg))
-    out = kernel_call(
-        bb,
-        topi_accel.dense_kn_func(kernel_rows, k, n, cfg, dtype=dtype),
-        "dense_kn",
-        "dense_kn.accel",
-        [data, packed],
-        relax.TensorType([*kernel_rows, n], dtype),
-    )
+    dims = KernelDims()
+    func = topi_accel.dense_kn_func(tuple(dims(r) for r in kernel_rows), k, n, cfg, dtype=dtype)
+    out = _call(bb, func, dims, "dense_kn", [data, packed], relax.TensorType([*kernel_rows, n], dtype))
     if not flatten:
         return out
     return _reshape(bb, bb.emit(out), rows + [n])
 
 
 def batch_matmul_condition(call: relax.Call) -> str | None:
-    """batch_matmul_kn.accel takes float32 a [..., M, K] @ b [..., K, N] with equal batch axes."""
+    """batch_matmul_kn.accel takes float32 a [..., M, K] @ b [..., K, N] with equal batch axes;
+    any of them, M, K and N may be symbolic."""
     a, b = call.args
-    a_shape, b_shape = static_shape(a), static_shape(b)
+    a_shape, b_shape = tensor_shape(a), tensor_shape(b)
     if a_shape is None or b_shape is None:
-        return "symbolic shapes are not supported"
+        return "operands of unknown shape are not supported"
     if len(b_shape) < 3:
         return f"right operand has rank {len(b_shape)}; batch_matmul_kn needs a batch of matrices"
-    if a_shape[:-2] != b_shape[:-2]:
+    if not same_dims(a_shape[:-2], b_shape[:-2]):
         return f"batch axes {a_shape[:-2]} and {b_shape[:-2]} differ (broadcasting is not supported)"
+    if not same_dims(a_shape[-1:], b_shape[-2:-1]):
+        return f"inner dimensions {a_shape[-1]} and {b_shape[-2]} differ"
     return dtype_reason(call, SUPPORTED_DTYPES)
 
 
@@ -86,19 +103,14 @@ def batch_matmul_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     """Flatten the operands' batch axes (views); the kernel writes the result with them, so
     that an epilogue (attention's scaling) fuses into it."""
     a, b = call.args
-    a_shape, b_shape = static_shape(a), static_shape(b)
+    a_shape, b_shape = tensor_shape(a), tensor_shape(b)
     (m, k), n = a_shape[-2:], b_shape[-1]
-    batch = tuple(a_shape[:-2])
+    batch = a_shape[:-2]
     dtype = str(a.ty.dtype)
     if len(batch) != 1:
-        a = bb.emit(_reshape(bb, a, [math.prod(batch), m, k]))
-        b = bb.emit(_reshape(bb, b, [math.prod(batch), k, n]))
-    cfg = topi_accel.batch_matmul_config(m, n)
-    return kernel_call(
-        bb,
-        topi_accel.batch_matmul_kn_func(batch, m, k, n, cfg, dtype),
-        "batch_matmul_kn",
-        "batch_matmul_kn.accel",
-        [a, b],
-        relax.TensorType([*batch, m, n], dtype),
-    )
+        a = bb.emit(_reshape(bb, a, [_prod(batch), m, k]))
+        b = bb.emit(_reshape(bb, b, [_prod(batch), k, n]))
+    cfg = topi_accel.batch_matmul_config(_static_or_none(m), _static_or_none(n))
+    dims = KernelDims()
+    func = topi_accel.batch_matmul_kn_func(tuple(dims(d) for d in batch), dims(m), dims(k), dims(n), cfg, dtype)
+    return _call(bb, func, dims, "batch_matmul_kn", [a, b], relax.TensorType([*batch, m, n], dtype))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, topi
 from tvm.ir import Op
 from tvm.tirx import IndexMap
@@ -32,6 +33,53 @@ def static_shape(expr: relax.Expr) -> list[int] | None:
     if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
         return None
     return [int(d) for d in shape]
+
+
+def tensor_shape(expr: relax.Expr) -> list | None:
+    """The shape of a tensor expression: an int per known dimension, the PrimExpr of a symbolic
+    one (``batch``, ``seq * 12``); None for a non-tensor or an unknown shape."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None:
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape]
+
+
+def symbolic_axes(shape: list) -> list[int]:
+    """The axes of a `tensor_shape` that are not known numbers."""
+    return [i for i, d in enumerate(shape) if not isinstance(d, int)]
+
+
+def same_dims(a: list, b: list) -> bool:
+    """Whether two `tensor_shape`s are provably equal, symbolic dimensions included."""
+    analyzer = tvm.sym.Analyzer()
+    return len(a) == len(b) and all(
+        x == y if isinstance(x, int) and isinstance(y, int) else analyzer.can_prove_equal(x, y) for x, y in zip(a, b)
+    )
+
+
+class KernelDims:
+    """The graph's shape variables as one kernel's builder sees them: fresh copies (a PrimFunc
+    shares no variable with the Relax function that calls it), and the originals again for the
+    scalar parameters of the PrimFunc (shape variables no buffer dimension binds alone)."""
+
+    def __init__(self):
+        self._copies: dict = {}
+
+    def __call__(self, dim):
+        """`dim` (an int, or an expression of the graph's shape variables) for the builder."""
+        if isinstance(dim, int):
+            return dim
+        return tvm_ffi.structural_map(dim, (tvm.ir.Var, self._copy), order="post")
+
+    def _copy(self, var):
+        if var not in self._copies:
+            self._copies[var] = tvm.ir.Var(var.name, var.ty)
+        return self._copies[var]
+
+    def scalar_args(self, func: tvm.tirx.PrimFunc) -> list:
+        """The graph's variables to pass for `func`'s scalar parameters, in order."""
+        originals = {copy: var for var, copy in self._copies.items()}
+        return [originals[p] for p in func.params if p in originals]
 
 
 def constant_array(const) -> np.ndarray:

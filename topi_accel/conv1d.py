@@ -37,6 +37,7 @@ from .conv2d import (
     packed_out_channels,
     schedule_conv2d_nhwc_ohwi,
 )
+from .symbolic import extent, prim_func
 
 OP = "conv1d_nwc_owi"
 
@@ -126,12 +127,15 @@ def conv1d_nwc_owi(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometr
     conv2d's output (an epilogue is inlined into its block: its indices must be the block's own).
     """
     acc = conv2d_nhwc_ohwi(data, packed_kernel, geo, cfg).op.input_tensors[0]  # conv2d_nhwc_ohwi_acc
-    return te.compute((geo.batch, geo.out_w, geo.out_c), lambda n, w, o: acc[n, 0, w, o], name="conv2d_nhwc_ohwi")
+    batch = data.shape[0]  # symbolic, or geo.batch
+    return te.compute((batch, geo.out_w, geo.out_c), lambda n, w, o: acc[n, 0, w, o], name="conv2d_nhwc_ohwi")
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def conv1d_nwc_owi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32") -> tirx.PrimFunc:
-    """The scheduled PrimFunc (data, packed_kernel) -> out for one conv1d geometry (H = 1).
+def conv1d_nwc_owi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32", batch=None) -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out for one conv1d geometry (H = 1);
+    batch: None for ``geo.batch``, else a symbolic batch (a tirx.Var or an expression of shape
+    variables; `geo.batch` is then the representative size its tiles are chosen for).
 
     data: 3-D, NWC: [batch, in_width, in_channel].
     packed_kernel: 4-D: [ceil(out_channel / ob), kernel_w, in_channel / groups, ob].
@@ -141,11 +145,12 @@ def conv1d_nwc_owi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "fl
         raise ValueError(f"{OP}: geometry {geo} is not a conv1d (in_h, kh and out_h must be 1); use conv1d_geometry")
     if str(dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"{OP}: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
-    data = te.placeholder((geo.batch, 1, geo.in_w, geo.in_c), dtype, name="data")
+    batch = geo.batch if batch is None else extent(batch, "batch")
+    data = te.placeholder((batch, 1, geo.in_w, geo.in_c), dtype, name="data")
     kernel = te.placeholder(
         (packed_out_channels(geo, cfg) // cfg.oc_block, 1, geo.kw, geo.in_c // geo.groups, cfg.oc_block),
         dtype,
         name="packed_kernel",
     )
     out = conv1d_nwc_owi(data, kernel, geo, cfg)
-    return schedule_conv1d_nwc_owi(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)
+    return schedule_conv1d_nwc_owi(prim_func([data, kernel], out), geo, cfg)

@@ -26,10 +26,10 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
-from .prefetch import insert_prefetches, prefetch_next_panel
+from .knobs import cpu_knobs, element_bytes, largest_divisor, pick_block, round_up
+from .prefetch import prefetch_next_panel
+from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
-from .workshare import claim_iterations
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -157,9 +157,9 @@ def conv2d_key(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> 
     return tuning.kernel_key("conv2d_nhwc_ohwi", asdict(geo), target)
 
 
-def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DConfig:
-    """Tile sizes for `geo` on `target`: the active tuning database's entry, else derived
-    from the vector width and register budget."""
+def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, dtype: str = "float32") -> Conv2DConfig:
+    """Tile sizes for `geo` on `target` (elements of `dtype`): the active tuning database's
+    entry, else derived from the vector width and register budget."""
     tuned = tuning.lookup(conv2d_key(geo, target))
     if tuned is not None:
         return Conv2DConfig(**tuned)
@@ -175,9 +175,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) 
         # (whole vectors when the channels allow: 144 channels -> 16, not 24)
         whole = [b for b in (two, knobs.lanes) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
-    vectors = max(oc_block // knobs.lanes, 1)
-    ow_block = pick_block(geo.out_w, max(knobs.accumulators // vectors, 1))
-    outer = _channels_outer(geo)
+    ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
+    outer = _channels_outer(geo, dtype)
     return Conv2DConfig(
         oc_block=oc_block,
         ow_block=ow_block,
@@ -197,8 +196,8 @@ CHANNELS_INNER_MAX_KERNEL_BYTES = 640 * 1024
 CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
 
-def _channels_outer(geo: Conv2DGeometry) -> bool:
-    kernel_bytes = 4 * geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups)
+def _channels_outer(geo: Conv2DGeometry, dtype: str) -> bool:
+    kernel_bytes = element_bytes(dtype) * geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups)
     small_kernel = kernel_bytes <= CHANNELS_INNER_MAX_KERNEL_BYTES
     if geo.groups != 1:
         # depthwise/grouped kernels are tiny, but not all: wav2vec2's positional conv (groups 16,
@@ -239,7 +238,8 @@ def conv2d_nhwc_ohwi(
     packed_kernel: 5-D: [ceil(out_channel / ob), kernel_h, kernel_w, in_channel / groups, ob].
     Returns 4-D, NHWC: [batch, out_height, out_width, out_channel], named
     "conv2d_nhwc_ohwi". The intermediate "conv2d_nhwc_ohwi_acc" covers the
-    padded tile grid; the schedule keeps it in registers.
+    padded tile grid; the schedule keeps it in registers. The batch is data's: it may be
+    symbolic (`geo` then has a representative batch).
     """
     ob, owb = cfg.oc_block, cfg.ow_block
     if geo.groups > 1 and geo.out_c % ob:  # padded channels would read past the input's groups
@@ -259,8 +259,9 @@ def conv2d_nhwc_ohwi(
     rkw = te.reduce_axis((0, geo.kw), name="rkw")
     rc = te.reduce_axis((0, cg), name="rc")
     chan = (lambda o: rc) if geo.groups == 1 else (lambda o: (o // og) * cg + rc)
+    batch = data.shape[0]
     acc = te.compute(
-        (geo.batch, geo.out_h, ow_pad, o_pad),
+        (batch, geo.out_h, ow_pad, o_pad),
         lambda n, h, w, o: te.sum(
             padded[n, h * sh + rkh * dh, w * sw + rkw * dw, chan(o)] * packed_kernel[o // ob, rkh, rkw, rc, o % ob],
             axis=[rkh, rkw, rc],
@@ -268,7 +269,7 @@ def conv2d_nhwc_ohwi(
         name="conv2d_nhwc_ohwi_acc",
     )
     return te.compute(
-        (geo.batch, geo.out_h, geo.out_w, geo.out_c),
+        (batch, geo.out_h, geo.out_w, geo.out_c),
         lambda n, h, w, o: acc[n, h, w, o],
         name="conv2d_nhwc_ohwi",
     )
@@ -296,8 +297,10 @@ def _pad_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Te
 
 
 def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Conv2DConfig) -> tirx.PrimFunc:
-    """Schedule a PrimFunc made from `conv2d_nhwc_ohwi` (blocks found by name)."""
+    """Schedule a PrimFunc made from `conv2d_nhwc_ohwi` (blocks found by name); its batch
+    (the data's first axis) may be symbolic."""
     lanes = cfg.lanes
+    batch = func.params[0].ty.shape[0]
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock("conv2d_nhwc_ohwi_acc")
     out = sch.get_sblock("conv2d_nhwc_ohwi")
@@ -311,8 +314,8 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
-            per_panel = geo.batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
-            prefetch_next_panel(sch, rc, 1, panel, per_panel, geo.batch * geo.out_h * geo.out_w)
+            per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
+            prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
         outer, tile = sch.fuse(n, h, *columns), oo
@@ -341,15 +344,20 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32") -> tirx.PrimFunc:
-    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
-    data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
+def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32", batch=None) -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry.
+
+    batch: None for ``geo.batch``; else a symbolic batch (a tirx.Var or an expression of
+    shape variables; `geo.batch` is then the representative size its tiles are chosen for).
+    """
+    batch = geo.batch if batch is None else extent(batch, "batch")
+    data = te.placeholder((batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
     o_pad = packed_out_channels(geo, cfg)
     kernel = te.placeholder(
         (o_pad // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block), dtype, name="packed_kernel"
     )
     out = conv2d_nhwc_ohwi(data, kernel, geo, cfg)
-    return schedule_conv2d_nhwc_ohwi(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)
+    return schedule_conv2d_nhwc_ohwi(prim_func([data, kernel], out), geo, cfg)
 
 
 def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> list[Conv2DConfig]:
@@ -363,7 +371,7 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
         blocks = [b for b in (knobs.lanes, 2 * knobs.lanes, default.oc_block) if geo.out_c % b == 0]
     out = [default]
     for oc_block in dict.fromkeys(blocks):
-        cap = max(knobs.accumulators // max(oc_block // knobs.lanes, 1), 1)
+        cap = knobs.tile_rows(oc_block)
         widths = dict.fromkeys(pick_block(geo.out_w, c) for c in range(max(cap // 2, 1), cap + 1))
         for ow_block in widths:
             for outer in (True, False):
@@ -391,9 +399,7 @@ def tune_conv2d(geo: Conv2DGeometry, target: tvm.target.Target, number: int = 5,
                 (packed_out_channels(geo, cfg) // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block)
             ).astype("float32")
         )
-        func = conv2d_nhwc_ohwi_func(geo, cfg)
-        func = insert_prefetches(func) or func  # as the build runs it
-        func = claim_iterations(func, cpu_knobs(target).cores) or func  # (if parallel)
+        func = tuning.finish_kernel(conv2d_nhwc_ohwi_func(geo, cfg), target)  # as the build runs it
         lib = tvm.compile(tvm.IRModule({"main": func}), target).jit()
         ms = lib.time_evaluator("main", dev, number=number, repeat=3)(data_t, kernel, out_t).median * 1e3
         if ms < best_ms:

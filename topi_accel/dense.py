@@ -24,6 +24,7 @@ from tvm.topi.utils import ravel_index, unravel_index
 
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
+from .symbolic import REPRESENTATIVE_ROWS, SYMBOLIC, ceil_to, extent, is_static, prim_func, static_or
 from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
@@ -43,7 +44,7 @@ class DenseConfig:
 def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=None) -> tuple[int, int, int]:
     """Check a dense_kn call and return (M, K, N).
 
-    data_shape: 2-D: [rows, in_features]. weight_shape: 2-D, [in_features, out_features].
+    data_shape: 2-D: [rows, in_features], rows may be symbolic. weight_shape: 2-D, [in_features, out_features].
     bias_shape: None or 1-D [out_features].
     """
     if str(dtype) not in SUPPORTED_DTYPES:
@@ -55,7 +56,7 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=Non
             f"dense_kn: weight has rank {len(weight_shape)} (shape {list(weight_shape)}); "
             "expected 2-D [K, N] ([in, out])"
         )
-    m, k = (int(v) for v in data_shape)
+    m, k = (int(v) if is_static(v) else v for v in data_shape)  # m may be symbolic
     k2, n = (int(v) for v in weight_shape)
     if k != k2:
         raise ValueError(f"dense_kn: data in_features {k} != weight rows {k2} (data {[m, k]}, weight {[k2, n]})")
@@ -64,11 +65,13 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=Non
     return m, k, n
 
 
-def dense_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
-    """Tile sizes for an [m, *] x [*, n] product on `target`."""
+def dense_config(m: int | None, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
+    """Tile sizes for an [m, *] x [*, n] product on `target` (m None: symbolic, the tiles of
+    REPRESENTATIVE_ROWS rows)."""
+    m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = 2 * knobs.lanes if n > knobs.lanes else knobs.lanes
-    rows = max(knobs.accumulators // (n_block // knobs.lanes), 1)
+    rows = knobs.tile_rows(n_block)
     # a third of the register budget in rows keeps the B panel loads amortized
     m_block = pick_block(m, min(rows, 8))
     return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
@@ -84,12 +87,15 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     """data @ weight (+ bias) with the weight packed by `weight_pack_map`.
 
     data: [M, K], or [*rows, K] with ``cfg.m_block`` dividing the last of the row axes
-    (a register tile never spans two of them). packed_weight: 3-D: [ceil(N / nb), K, nb].
+    (a register tile never spans two of them); the first row axis may be symbolic, and
+    with one row axis M may be. packed_weight: 3-D: [ceil(N / nb), K, nb].
     bias: 1-D [N] or None. Returns [*rows, N] named "dense_kn"; the register tile
     "dense_kn_acc" covers the padded tile grid of the rows flattened.
     """
-    *rows, k = (int(v) for v in data.shape)
-    m, mb, nb = math.prod(rows), cfg.m_block, cfg.n_block
+    *rows, k = data.shape
+    k, mb, nb = int(k), cfg.m_block, cfg.n_block
+    rows = [int(r) if is_static(r) else r for r in rows]
+    m = math.prod(rows)
     expected = (round_up(n, nb) // nb, k, nb)
     if tuple(int(v) for v in packed_weight.shape) != expected:
         raise ValueError(f"dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}")
@@ -97,7 +103,7 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
         raise ValueError(f"dense_kn: row axes {rows} need m_block {mb} to divide the last; flatten them to 2-D")
     rk = te.reduce_axis((0, k), name="rk")
     acc = te.compute(
-        (round_up(m, mb), round_up(n, nb)),
+        (ceil_to(m, mb), round_up(n, nb)),
         # rows past M (tail tile) re-read the last row; the write-back drops them
         lambda i, j: te.sum(
             data[(*unravel_index(tirx.min(i, m - 1), rows), rk)] * packed_weight[j // nb, rk, j % nb], axis=rk
@@ -111,8 +117,11 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
 
 def keeps_rows(rows, cfg: DenseConfig) -> bool:
     """Whether `dense_kn` takes data with these leading (row) axes as they are: one axis, or
-    several with ``cfg.m_block`` dividing the last (a register tile never spans two)."""
-    return len(rows) == 1 or (len(rows) > 1 and rows[-1] % cfg.m_block == 0)
+    several with ``cfg.m_block`` dividing the last (a register tile never spans two) and
+    only the first symbolic."""
+    if len(rows) == 1:
+        return True
+    return len(rows) > 1 and all(is_static(r) for r in rows[1:]) and int(rows[-1]) % cfg.m_block == 0
 
 
 def schedule_dense_kn(func: tirx.PrimFunc, n: int, cfg: DenseConfig) -> tirx.PrimFunc:
@@ -127,13 +136,13 @@ def schedule_matmul(
 
     prefetch_weights: the second operand is packed ([batch,] N/nb, K, nb), so its column
     blocks' panels follow each other in the order the outer loop visits them: the tiles of
-    one prefetch the next (topi_accel.prefetch).
+    one prefetch the next (topi_accel.prefetch). The row extent may be symbolic.
     """
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock(f"{name}_acc")
     out = sch.get_sblock(name)
     *batch, i, j, rk = sch.get_loops(acc)
-    rows, k = (int(sch.get(loop).extent) for loop in (i, rk))
+    rows, k = (sch.get(loop).extent for loop in (i, rk))
     io, ii = sch.split(i, [None, cfg.m_block])
     jo, ji = sch.split(j, [None, cfg.n_block])
     # column block outermost: its weight panel stays in cache while the rows stream past
@@ -142,7 +151,7 @@ def schedule_matmul(
     if cfg.parallel:
         sch.parallel(outer)
     if prefetch_weights:
-        prefetch_next_panel(sch, rk, 1, k * cfg.n_block, rows // cfg.m_block, rows)
+        prefetch_next_panel(sch, rk, 1, int(k) * cfg.n_block, rows // cfg.m_block, rows)
     register_tile(sch, ii, ji, cfg.lanes)
     sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
@@ -153,60 +162,114 @@ def schedule_matmul(
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
 def dense_kn_func(
-    rows: int | tuple[int, ...], k: int, n: int, cfg: DenseConfig, with_bias: bool = False, dtype: str = "float32"
+    rows: int | tuple[int | None, ...],
+    k: int,
+    n: int,
+    cfg: DenseConfig,
+    with_bias: bool = False,
+    dtype: str = "float32",
 ):
-    """The scheduled PrimFunc (data [*rows, K], packed_weight[, bias]) -> out [*rows, N] for one shape."""
-    rows = (rows,) if isinstance(rows, int) else tuple(rows)
+    """The scheduled PrimFunc (data [*rows, K], packed_weight[, bias]) -> out [*rows, N] for one
+    shape; a row axis given as None (`symbolic.SYMBOLIC`) is a variable of the PrimFunc, one
+    given as an expression of shape variables is that expression (see topi_accel.symbolic)."""
+    rows = (rows,) if rows is SYMBOLIC or isinstance(rows, int) else tuple(rows)
+    rows = tuple(extent(r, f"rows{a}" if len(rows) > 1 else "rows") for a, r in enumerate(rows))
     data = te.placeholder((*rows, k), dtype, name="data")
     weight = te.placeholder((round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight")
     bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
     out = dense_kn(data, weight, n, cfg, bias)
-    args = [data, weight] + ([bias] if with_bias else []) + [out]
-    return schedule_dense_kn(te.create_prim_func(args, index_dtype_override="int64"), n, cfg)
+    return schedule_dense_kn(prim_func([data, weight] + ([bias] if with_bias else []), out), n, cfg)
 
 
-def batch_matmul_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
-    """Tiles for [B, m, K] x [B, K, n] with an unpacked right operand: n_block divides n."""
+def batch_matmul_config(m: int | None, n: int | None, target: tvm.target.Target | None = None) -> DenseConfig:
+    """Tiles for [B, m, K] x [B, K, n]: n_block divides a static n (the right operand is read
+    unpacked); a symbolic n (None) gets dense_kn's two vectors, the operand packed in the
+    kernel. A symbolic m gets the tiles of REPRESENTATIVE_ROWS rows."""
     knobs = cpu_knobs(target)
-    n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(
-        n, 2 * knobs.lanes
-    )
-    rows = max(knobs.accumulators // max(n_block // knobs.lanes, 1), 1)
+    m = static_or(m, REPRESENTATIVE_ROWS)
+    if n is SYMBOLIC:
+        n_block = 2 * knobs.lanes
+    else:
+        n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(
+            n, 2 * knobs.lanes
+        )
+    rows = knobs.tile_rows(n_block)
     return DenseConfig(m_block=pick_block(m, min(rows, 8)), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
 
 
-def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple[int, ...] | None = None) -> te.Tensor:
+def _packed_columns(b: te.Tensor, nb: int) -> te.Tensor:
+    """b [B, K, N] with a symbolic N as [B, ceil(N / nb), K, nb], zero past N
+    ("batch_matmul_kn_pack"): the product's vector loads stay whole."""
+    bs, k, n = b.shape
+    return te.compute(
+        (bs, tirx.ceildiv(n, nb), k, nb),
+        lambda p, jo, r, ji: tirx.if_then_else(
+            jo * nb + ji < n, b[p, r, tirx.min(jo * nb + ji, n - 1)], tirx.const(0, b.dtype)
+        ),
+        name="batch_matmul_kn_pack",
+    )
+
+
+def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple | None = None) -> te.Tensor:
     """Batched a @ b, both activations (attention's Q @ K^T and P @ V).
 
-    a: 3-D [B, M, K]. b: 3-D [B, K, N], read as it is (N contiguous), so
-    ``cfg.n_block`` must divide N. batch: the axes B unflattens to in the result
-    (default (B,)). Returns [*batch, M, N] named "batch_matmul_kn".
+    a: 3-D [B, M, K]. b: 3-D [B, K, N], read as it is (N contiguous), so ``cfg.n_block``
+    must divide a static N; a symbolic N is packed in the kernel ("batch_matmul_kn_pack").
+    B, M and K may be symbolic too. batch: the axes B unflattens to in the result (default
+    (B,)). Returns [*batch, M, N] named "batch_matmul_kn".
     """
-    (bs, m, k), (bs2, k2, n) = ([int(v) for v in t.shape] for t in (a, b))
+    (bs, m, k), (bs2, k2, n) = ([int(v) if is_static(v) else v for v in t.shape] for t in (a, b))
     batch = (bs,) if batch is None else tuple(batch)
-    if (bs, k) != (bs2, k2) or n % cfg.n_block or math.prod(batch) != bs:
+    static = all(is_static(v) for v in (bs, bs2, k, k2, n, *batch))
+    if static and ((bs, k) != (bs2, k2) or n % cfg.n_block or math.prod(batch) != bs):
         raise ValueError(
             f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} and batch axes"
             f" {list(batch)} are not supported (equal batch and K, n_block dividing N, batch axes of B elements)"
         )
     rk = te.reduce_axis((0, k), name="rk")
-    last = m - 1
+    last, nb = m - 1, cfg.n_block
+    if is_static(n):
+        right = lambda p, j: b[p, rk, j]  # noqa: E731
+    else:
+        packed = _packed_columns(b, nb)
+        right = lambda p, j: packed[p, j // nb, rk, j % nb]  # noqa: E731
     acc = te.compute(
-        (bs, round_up(m, cfg.m_block), n),
-        lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * b[p, rk, j], axis=rk),
+        (bs, ceil_to(m, cfg.m_block), ceil_to(n, nb)),
+        lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * right(p, j), axis=rk),
         name="batch_matmul_kn_acc",
     )
     return te.compute((*batch, m, n), lambda *i: acc[ravel_index(i[:-2], batch), i[-2], i[-1]], name="batch_matmul_kn")
 
 
+def _schedule_pack(func: tirx.PrimFunc, parallel: bool) -> tirx.PrimFunc:
+    """The packing of a symbolic-N right operand, if any: parallel over (batch, column block)."""
+    sch = s_tir.Schedule(func)
+    if not any(sch.get(b).name_hint == "batch_matmul_kn_pack" for b in sch.get_child_blocks(sch.get_sblock("root"))):
+        return func
+    p, jo, _, _ = sch.get_loops(sch.get_sblock("batch_matmul_kn_pack"))
+    if parallel:
+        sch.parallel(sch.fuse(p, jo))
+    return sch.mod["main"]
+
+
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
 def batch_matmul_kn_func(
-    batch: int | tuple[int, ...], m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"
+    batch: int | tuple[int | None, ...],
+    m: int | None,
+    k: int | None,
+    n: int | None,
+    cfg: DenseConfig,
+    dtype: str = "float32",
 ):
-    """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape."""
-    batch = (batch,) if isinstance(batch, int) else tuple(batch)
+    """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape;
+    an extent given as None (`symbolic.SYMBOLIC`) is a variable of the PrimFunc, one given as
+    an expression of shape variables is that expression (see topi_accel.symbolic)."""
+    batch = (batch,) if batch is SYMBOLIC or isinstance(batch, int) else tuple(batch)
+    batch = tuple(extent(d, f"batch{a}" if len(batch) > 1 else "batch") for a, d in enumerate(batch))
+    m, k, n = extent(m, "m"), extent(k, "k"), extent(n, "n")
     bs = math.prod(batch)
     a = te.placeholder((bs, m, k), dtype, name="a")
     b = te.placeholder((bs, k, n), dtype, name="b")
     out = batch_matmul_kn(a, b, cfg, batch)
-    return schedule_matmul(te.create_prim_func([a, b, out], index_dtype_override="int64"), "batch_matmul_kn", n, cfg)
+    func = prim_func([a, b], out)
+    return _schedule_pack(schedule_matmul(func, "batch_matmul_kn", n, cfg), cfg.parallel)

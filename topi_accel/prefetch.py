@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 from . import workshare
@@ -35,11 +35,11 @@ STEPS = 64
 MIN_ROWS = 32
 # float32 per cache line
 LINE_FLOATS = 16
+# last entry of the annotation of a panel whose share is computed at run time
+SYMBOLIC_SHARE = -1
 
 
-def prefetch_next_panel(
-    sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel: int, rows: int
-) -> None:
+def prefetch_next_panel(sch: s_tir.Schedule, reduction, buffer_index: int, panel: int, per_panel, rows) -> None:
     """Make the iterations of the outer loop prefetch the next weight panel, if worth it.
 
     reduction: the first reduction loop of the register tile's block, under the outer
@@ -47,14 +47,24 @@ def prefetch_next_panel(
     parameter `buffer_index`, panels one after the other in memory and in the loop; rows:
     the product's rows that read one panel. Splits `reduction` by STEPS and annotates the
     outer part; not when STEPS does not divide it into several parts, or rows < MIN_ROWS.
+    `per_panel` and `rows` may be symbolic (expressions of the kernel's shape variables, rows
+    a multiple of per_panel): the share is then computed at run time from the outer loop's
+    extent, and the prefetches run only where rows >= MIN_ROWS.
     """
-    extent = int(sch.get(reduction).extent)
-    if rows < MIN_ROWS or extent % STEPS or extent == STEPS:
+    extent = sch.get(reduction).extent
+    if not isinstance(extent, tirx.IntImm) or int(extent) % STEPS or int(extent) == STEPS:
+        return
+    static = isinstance(per_panel, (int, tirx.IntImm)) and isinstance(rows, (int, tirx.IntImm))
+    if static and int(rows) < MIN_ROWS:
         return
     outer, _ = sch.split(reduction, [None, STEPS])
     # outer iteration p prefetches the floats [(p + per_panel) * share, + share): its share of
     # the panel per_panel iterations further on, i.e. of the next one
-    sch.annotate(outer, PREFETCH, [buffer_index, ceil_div(panel, per_panel), per_panel])
+    if static:
+        sch.annotate(outer, PREFETCH, [buffer_index, ceil_div(panel, int(per_panel)), int(per_panel)])
+    else:  # (annotations hold no shape variables: panel, and rows per outer iteration)
+        per_iteration = sym.Analyzer().simplify(rows // per_panel)
+        sch.annotate(outer, PREFETCH, [buffer_index, panel, int(per_iteration), SYMBOLIC_SHARE])
 
 
 def prefetch(buffer, offset) -> tirx.Stmt:
@@ -63,28 +73,47 @@ def prefetch(buffer, offset) -> tirx.Stmt:
     return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", buffer.access_ptr("r", offset=offset), 0, 2, 1))
 
 
-def _prefetches(loops: list[tirx.For], outer: tirx.Var, params, fetch) -> tirx.Stmt:
-    """The prefetches of one iteration of ``loops[-1]`` (annotated), inside ``loops[:-1]``."""
-    index, share, ahead = (int(v) for v in loops[-1].annotations[PREFETCH])
-    buffer = params[index]
+def _share(loops: list[tirx.For], outer: tirx.For, total: int):
+    """(share, per_panel, guard) of the annotated ``loops[-1]``: static ints and no guard, or,
+    for a symbolic outer loop, expressions of its extent (panels are its outermost part) and
+    the condition rows >= MIN_ROWS."""
+    _, share, per_panel, *symbolic = (int(v) for v in loops[-1].annotations[PREFETCH])
+    if not symbolic:
+        return share, per_panel, None
+    panel, per_iteration = share, per_panel
+    dtype = outer.extent.ty.dtype
+    per_panel = tirx.floordiv(outer.extent, tirx.const(total // panel, dtype))
+    guard = per_panel * tirx.const(per_iteration, dtype) >= tirx.const(MIN_ROWS, dtype)
+    return tirx.ceildiv(tirx.const(panel, dtype), per_panel), per_panel, guard
+
+
+def _prefetches(loops: list[tirx.For], outer: tirx.For, params, fetch) -> tirx.Stmt:
+    """The prefetches of one iteration of ``loops[-1]`` (annotated), inside ``loops[:-1]``;
+    for a symbolic share, in a loop of its own and only where there are MIN_ROWS rows."""
+    buffer = params[int(loops[-1].annotations[PREFETCH][0])]
     total = math.prod(int(extent) for extent in buffer.ty.shape)
+    share, ahead, guard = _share(loops, outer, total)
     dtype = loops[-1].loop_var.ty
 
     def const(v):
-        return tirx.const(v, dtype)
+        return tirx.const(v, dtype) if isinstance(v, int) else tirx.Cast(dtype, v)
 
     iteration, iterations = const(0), 1  # of the nest, row-major
     for loop in loops:
         iteration = iteration * const(int(loop.extent)) + tirx.Cast(dtype, loop.loop_var - loop.min)
         iterations *= int(loop.extent)
-    step = ceil_div(share, iterations)  # floats per iteration
+    step = ceil_div(share, iterations) if guard is None else tirx.ceildiv(const(share), const(iterations))
     line = tirx.Var("prefetch_line", dtype)
-    start = (tirx.Cast(dtype, outer) + const(ahead)) * const(share) + iteration * const(step)
+    start = (tirx.Cast(dtype, outer.loop_var) + const(ahead)) * const(share) + iteration * const(step)
     offset = tirx.floormod(start + line * const(LINE_FLOATS), const(total))
-    return tirx.For(line, const(0), const(ceil_div(step, LINE_FLOATS)), tirx.ForKind.UNROLLED, fetch(buffer, offset))
+    if guard is None:
+        count = const(ceil_div(step, LINE_FLOATS))
+        return tirx.For(line, const(0), count, tirx.ForKind.UNROLLED, fetch(buffer, offset))
+    lines = tirx.For(line, const(0), tirx.ceildiv(step, const(LINE_FLOATS)), tirx.ForKind.SERIAL, fetch(buffer, offset))
+    return tirx.IfThenElse(guard, lines, None)
 
 
-def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list, inserted: list) -> tirx.Stmt:
+def _insert(stmt: tirx.Stmt, outer: tirx.For | None, params, fetch, loops: list, inserted: list) -> tirx.Stmt:
     """`stmt` with prefetches in its annotated loops; `outer`: the top-level loop around it."""
 
     def recurse(s, outer=outer, loops=loops):
@@ -98,7 +127,7 @@ def _insert(stmt: tirx.Stmt, outer: tirx.Var | None, params, fetch, loops: list,
         return tirx.IfThenElse(stmt.condition, recurse(stmt.then_case), stmt.else_case and recurse(stmt.else_case))
     if isinstance(stmt, tirx.For):
         if outer is None:  # a top-level loop
-            body = recurse(stmt.body, stmt.loop_var, [])
+            body = recurse(stmt.body, stmt, [])
         else:
             body = recurse(stmt.body, outer, loops + [stmt])
             if PREFETCH in stmt.annotations:

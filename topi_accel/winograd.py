@@ -28,7 +28,8 @@ from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_poi
 
 from .conv2d import Conv2DGeometry
 from .dense import batch_matmul_config, schedule_matmul
-from .knobs import ceil_div, cpu_knobs, round_up
+from .knobs import ceil_div, cpu_knobs
+from .symbolic import ceil_to, extent, prim_func
 from .tiles import vectorize_inner
 
 SUPPORTED_TILES = (2, 4)
@@ -140,6 +141,7 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     data: 4-D NHWC [batch, in_height, in_width, in_channel].
     packed_kernel: 4-D [alpha^2, out_channel / nb, in_channel, nb].
     Returns 4-D NHWC [batch, out_height, out_width, out_channel] named "conv2d_winograd".
+    The batch is data's: it may be symbolic (`geo` then has a representative batch).
     """
     reason = _unsupported(geo)
     if reason is not None:
@@ -147,7 +149,8 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     m, alpha = cfg.tile, cfg.alpha
     a_mat, b_mat, _ = winograd_matrices(m)
     n_h, n_w = _grid(geo, m)
-    tiles = geo.batch * n_h * n_w
+    batch = data.shape[0]
+    tiles = batch * n_h * n_w
     expected = (alpha * alpha, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block)
     if tuple(int(v) for v in packed_kernel.shape) != expected:
         raise ValueError(
@@ -174,7 +177,7 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     nb, last = cfg.n_block, tiles - 1
     rc = te.reduce_axis((0, geo.in_c), name="rc")
     acc = te.compute(
-        (alpha * alpha, round_up(tiles, cfg.m_block), geo.out_c),
+        (alpha * alpha, ceil_to(tiles, cfg.m_block), geo.out_c),
         lambda e, p, o: te.sum(data_t[e, tirx.min(p, last), rc] * packed_kernel[e, o // nb, rc, o % nb], axis=rc),
         name="conv2d_winograd_gemm_acc",
     )
@@ -189,7 +192,7 @@ def conv2d_winograd(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
         ]
         return functools.reduce(lambda s, t: s + t, terms)
 
-    return te.compute((geo.batch, geo.out_h, geo.out_w, geo.out_c), inverse, name="conv2d_winograd")
+    return te.compute((batch, geo.out_h, geo.out_w, geo.out_c), inverse, name="conv2d_winograd")
 
 
 def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: WinogradConfig) -> tirx.PrimFunc:
@@ -226,11 +229,16 @@ def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Wino
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def conv2d_winograd_func(geo: Conv2DGeometry, cfg: WinogradConfig, dtype: str = "float32") -> tirx.PrimFunc:
-    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry."""
-    data = te.placeholder((geo.batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
+def conv2d_winograd_func(geo: Conv2DGeometry, cfg: WinogradConfig, dtype: str = "float32", batch=None) -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry.
+
+    batch: None for ``geo.batch``; else a symbolic batch (a tirx.Var or an expression of
+    shape variables; `geo.batch` is then the representative size its tiles are chosen for).
+    """
+    batch = geo.batch if batch is None else extent(batch, "batch")
+    data = te.placeholder((batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
     kernel = te.placeholder(
         (cfg.alpha**2, geo.out_c // cfg.n_block, geo.in_c, cfg.n_block), dtype, name="packed_kernel"
     )
     out = conv2d_winograd(data, kernel, geo, cfg)
-    return schedule_conv2d_winograd(te.create_prim_func([data, kernel, out], index_dtype_override="int64"), geo, cfg)
+    return schedule_conv2d_winograd(prim_func([data, kernel], out), geo, cfg)

@@ -78,15 +78,26 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     """`loop` (parallel, from 0) as `slices` parallel slices of its chunks of iterations,
     each with a counter: a thread claims the chunks of its slice, then those left in the
     others'."""
-    n, index = int(loop.extent), loop.extent.ty.dtype
-    chunk = ceil_div(n, MAX_CLAIMS)
-    chunks = ceil_div(n, chunk)
-    slices = min(slices, chunks)
+    n, index = loop.extent, loop.extent.ty.dtype
+    binds = []  # a symbolic extent's numbers, computed once (not repeated in every expression)
+    if isinstance(n, tirx.IntImm):
+        n = int(n)
+        chunk = ceil_div(n, MAX_CLAIMS)
+        chunks = ceil_div(n, chunk)
+        slices = min(slices, chunks)
+    else:  # a symbolic extent: the same chunks, computed at run time (a slice may be empty)
+        total = n
+        n, chunk, chunks = (tirx.Var(name, loop.extent.ty) for name in ("claim_extent", "claim_chunk", "claim_chunks"))
+        binds = [
+            tirx.Bind(n, total),
+            tirx.Bind(chunk, tirx.ceildiv(n, tirx.const(MAX_CLAIMS, index))),
+            tirx.Bind(chunks, tirx.ceildiv(n, chunk)),
+        ]
     counters = tirx.decl_buffer((slices * COUNTER_STRIDE,), "int32", "accel_claim_counters")
     claimed = tirx.decl_buffer((1,), "int32", "accel_claimed", scope="local")
 
     def const(v):
-        return tirx.const(v, index)
+        return tirx.const(v, index) if isinstance(v, int) else v
 
     def first_chunk(s):  # slice s holds chunks [first_chunk(s), first_chunk(s + 1))
         return tirx.floordiv(s * chunks, slices)
@@ -97,7 +108,7 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     size = first_chunk(victim + 1) - first_chunk(victim)
     claim = tirx.BufferStore(claimed, tirx.call_extern("int32", CLAIM, counter), [0])
     begin = tirx.Var("begin", loop.extent.ty)
-    extent = const(chunk) if n % chunk == 0 else tirx.min(const(chunk), n - begin)
+    extent = const(chunk) if isinstance(n, int) and n % chunk == 0 else tirx.min(const(chunk), n - begin)
     run_chunk = tirx.SeqStmt(
         [
             # (the clamp, a no-op, tells the index arithmetic that `begin` is in [0, n): a
@@ -141,7 +152,7 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
         tirx.const(0, "int32"),
         "pragma_import_llvm",
         CLAIM_LLVM_IR,
-        tirx.SeqStmt([tirx.AllocBuffer(counters), zero, par]),
+        tirx.SeqStmt([*binds, tirx.AllocBuffer(counters), zero, par]),
     )
 
 
@@ -150,9 +161,9 @@ def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
         return tirx.SeqStmt([_rewrite(s, slices, rewritten) for s in stmt.seq])
     if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
         return stmt
-    static = isinstance(stmt.extent, tirx.IntImm) and int(stmt.extent) < 2**31
-    if not (static and isinstance(stmt.min, tirx.IntImm) and int(stmt.min) == 0):
-        return stmt  # (our schedules make parallel loops from 0, of static extent: an int32 counter)
+    fits = not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent) < 2**31  # (a symbolic one: MAX_CLAIMS chunks)
+    if not (fits and isinstance(stmt.min, tirx.IntImm) and int(stmt.min) == 0):
+        return stmt  # (our schedules make parallel loops from 0: an int32 counter)
     rewritten.append(stmt)
     return _claimed(stmt, slices)
 
@@ -160,8 +171,17 @@ def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
 def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     """`func` (scheduled) lowered to a block-free function in which the threads claim the
     iterations of each top-level parallel loop: at most MAX_CLAIMS chunks of it, in `slices`
-    slices (one per thread it is built for); None if it has no such loop."""
+    slices (one per thread it is built for); None if it has no such loop, or if TVM's
+    lowering, which the build runs again on the result, rejects it (its buffer compaction
+    fails on explicit vector accesses of flat buffers: the int8 kernels' dot products)."""
     lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _rewrite(lowered.body, slices, rewritten)
-    return lowered.with_body(body) if rewritten else None
+    if not rewritten:
+        return None
+    claimed = lowered.with_body(body)
+    try:
+        lower_blocks()(tvm.IRModule({"main": claimed}))
+    except tvm.error.InternalError:  # (what TVM's failed checks raise)
+        return None
+    return claimed

@@ -13,6 +13,7 @@ from tvm import relax
 import accel_target
 import strategy
 from strategy import registry
+from strategy.dispatch import kernel_call
 from tests.helpers import assert_close, conv2d_module, legalized, matmul_module, rand, run_relax, single_op_module
 
 
@@ -47,16 +48,20 @@ def test_broadcast_batch_matmul_falls_back_with_every_reason():
     assert dict(log[0].skipped) == {
         "dense_kn.accel": "right operand has rank 3; dense_kn needs a 2-D [in, out] weight",
         "batch_matmul_kn.accel": "batch axes [2] and [1] differ (broadcasting is not supported)",
+        "dense_kn_int8.accel": "data float32 x weight float32 -> float32 is not supported "
+        "(supported: uint8 or int8 data x int8 weight -> int32)",
     }
 
 
 def test_symbolic_shape_falls_back():
+    """A symbolic K (the weight's rows) has no accel kernel (symbolic rows do: tests/topi/test_dynamic_shapes.py)."""
     n = tvm.tirx.Var("n", "int64")
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([n, 16], "float32"))
-    with bb.function("main", [x]):
+    x = relax.Var("x", relax.TensorType([4, n], "float32"))
+    w = relax.Var("w", relax.TensorType([n, 8], "float32"))
+    with bb.function("main", [x, w]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.matmul(x, relax.const(rand(16, 8))))
+            out = bb.emit_output(relax.op.matmul(x, w))
         bb.emit_func_output(out)
     with accel_target.recording() as log:
         legalized(bb.get())
@@ -79,7 +84,12 @@ def test_strict_mode_accepts_supported_ops():
 
 def test_higher_priority_implementation_wins_when_its_condition_holds(monkeypatch):
     monkeypatch.setattr(registry, "_IMPLEMENTATIONS", {k: list(v) for k, v in registry._IMPLEMENTATIONS.items()})
-    tvm_conv = lambda bb, call: strategy.dispatch.tvm_legalize(call)(bb, call)  # noqa: E731
+
+    def tvm_conv(bb, call):  # TVM's kernel, added as this implementation's
+        made = strategy.dispatch.tvm_legalize(call)(bb, call)
+        func, args = bb.get()[made.args[0]], list(made.args[1].fields)
+        return kernel_call(bb, func, "conv2d_groups3", "conv2d_groups3_test.accel", args, made.ty_args[0])
+
     strategy.register(
         "relax.nn.conv2d",
         "conv2d_groups3_test.accel",

@@ -1,0 +1,172 @@
+"""The accel kernels with a symbolic row / batch extent: one build, run at several sizes (1,
+primes, the representative size) against numpy and tvm.topi.testing; the tail is handled
+outside the vectorized FMA loop."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import topi_accel
+from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand
+from topi_accel.symbolic import REPRESENTATIVE_BATCH, REPRESENTATIVE_ROWS, SYMBOLIC
+
+# runtime sizes of the symbolic axis: 1, primes, the representative size and around it
+ROWS = [1, 2, 7, 97, REPRESENTATIVE_ROWS, 131]
+BATCHES = [1, 3, 8]
+# every ISA's tiles (those this host can run) and single-threaded kernels
+TARGETS = [*isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1core")]
+
+
+def _library(func: tvm.tirx.PrimFunc, target) -> tvm.runtime.Module:
+    """`func` as the build makes it (prefetches, claimed iterations), compiled for `target`."""
+    target = tvm.target.Target(target)
+    with target:
+        func = topi_accel.insert_prefetches(func) or func
+        knobs = topi_accel.cpu_knobs()
+        if knobs.parallel:
+            func = topi_accel.claim_iterations(func, knobs.cores) or func
+    return tvm.compile(tvm.IRModule({"main": func}), target).jit()
+
+
+def _call(lib, inputs, out_shape) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    lib(*[tvm.runtime.tensor(a) for a in inputs], out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("k, n", [(768, 3072), (33, 1000), (64, 17)], ids=str)
+def test_dense_kn_symbolic_rows(k, n, target, bias):
+    """One [M, K] x [K, N] kernel with M symbolic, at every size of ROWS."""
+    with tvm.target.Target(target):
+        cfg = topi_accel.dense_config(SYMBOLIC, n)
+        assert cfg == topi_accel.dense_config(REPRESENTATIVE_ROWS, n)  # the static kernel's tiles
+    w, b = rand(k, n), rand(n)
+    lib = _library(topi_accel.dense_kn_func(SYMBOLIC, k, n, cfg, with_bias=bias), target)
+    packed = pack(w, topi_accel.weight_pack_map(cfg))
+    for m in ROWS:
+        x = rand(m, k)
+        out = _call(lib, [x, packed] + ([b] if bias else []), (m, n))
+        assert_close(out, x @ w + (b if bias else 0))
+
+
+def test_dense_kn_symbolic_batch_keeps_rows():
+    """data [B, S, K] with B symbolic and S static: the result keeps both axes."""
+    s, k, n = 16, 40, 48
+    with tvm.target.Target("accel"):
+        cfg = topi_accel.dense_config(s, n)
+    lib = _library(topi_accel.dense_kn_func((SYMBOLIC, s), k, n, cfg), "accel")
+    w = rand(k, n)
+    for bs in BATCHES:
+        x = rand(bs, s, k)
+        assert_close(_call(lib, [x, pack(w, topi_accel.weight_pack_map(cfg))], (bs, s, n)), x @ w)
+
+
+# (batch axes, M, K, N) with None where symbolic: attention's Q @ K^T (N = sequence) and P @ V
+# (K = sequence) with symbolic batch and sequence, and a static N that n_block divides
+BATCH_MATMUL = [
+    ((SYMBOLIC, 12), SYMBOLIC, 64, SYMBOLIC),
+    ((SYMBOLIC, 12), SYMBOLIC, SYMBOLIC, 64),
+    ((SYMBOLIC,), SYMBOLIC, 33, 48),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("spec", BATCH_MATMUL, ids=str)
+def test_batch_matmul_kn_symbolic(spec, target):
+    batch, m_spec, k_spec, n_spec = spec
+    with tvm.target.Target(target):
+        cfg = topi_accel.batch_matmul_config(m_spec, n_spec)
+    lib = _library(topi_accel.batch_matmul_kn_func(batch, m_spec, k_spec, n_spec, cfg), target)
+    for outer, seq in [(1, 1), (2, 7), (1, 128), (3, 97)]:
+        shape = tuple(outer if d is SYMBOLIC else d for d in batch)
+        m, k, n = (seq if d is SYMBOLIC else d for d in (m_spec, k_spec, n_spec))
+        bs = math.prod(shape)
+        a, b = rand(bs, m, k), rand(bs, k, n)
+        assert_close(_call(lib, [a, b], (*shape, m, n)), (a @ b).reshape(*shape, m, n))
+
+
+# (height, width, in_c, out_c, kernel, stride, padding, groups): ResNet-like, strided, tails,
+# a large kernel (channel blocks outer, prefetching), depthwise
+CONVS = [
+    (14, 14, 64, 64, 3, 1, 1, 1),
+    (9, 11, 5, 7, 3, 2, 1, 1),
+    (7, 7, 512, 512, 1, 1, 0, 1),
+    (8, 8, 128, 64, 1, 1, 0, 1),
+    (12, 12, 32, 32, 3, 1, 1, 32),
+    (9, 9, 24, 24, 3, 2, 1, 24),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape", CONVS, ids=str)
+def test_conv2d_nhwc_ohwi_symbolic_batch(shape, target):
+    h, w, c, o, k, stride, padding, groups = shape
+    wt = rand(o, k, k, c // groups)
+    with tvm.target.Target(target):
+        geo = topi_accel.conv2d_geometry((REPRESENTATIVE_BATCH, h, w, c), wt.shape, stride, padding, 1, groups)
+        cfg = topi_accel.conv2d_config(geo)
+    lib = _library(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, batch=tvm.tirx.Var("batch", "int64")), target)
+    packed = pack(wt, topi_accel.kernel_pack_map(cfg))
+    for n in BATCHES:
+        x = rand(n, h, w, c)
+        out = _call(lib, [x, packed], (n, geo.out_h, geo.out_w, o))
+        assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, groups))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shape, tile", [((28, 28, 16, 32, 1), 4), ((15, 13, 16, 48, 1), 2)], ids=str)
+def test_conv2d_winograd_symbolic_batch(shape, tile, target):
+    h, w, c, o, padding = shape
+    wt = rand(o, 3, 3, c)
+    with tvm.target.Target(target):
+        geo = topi_accel.conv2d_geometry((REPRESENTATIVE_BATCH, h, w, c), wt.shape, 1, padding)
+        cfg = topi_accel.winograd_config(geo)
+        cfg = type(cfg)(tile, cfg.m_block, cfg.n_block, cfg.lanes, cfg.parallel)
+    lib = _library(topi_accel.conv2d_winograd_func(geo, cfg, batch=tvm.tirx.Var("batch", "int64")), target)
+    for n in BATCHES:
+        x = rand(n, h, w, c)
+        out = _call(lib, [x, topi_accel.transform_kernel(wt, cfg)], (n, geo.out_h, geo.out_w, o))
+        assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))
+
+
+@pytest.mark.parametrize("shape", [(100, 16, 64, 3, 1, 1, 1), (37, 12, 12, 5, 1, 2, 12)], ids=str)
+def test_conv1d_nwc_owi_symbolic_batch(shape):
+    width, c, o, k, stride, padding, groups = shape
+    wt = rand(o, k, c // groups)
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv1d_geometry((REPRESENTATIVE_BATCH, width, c), wt.shape, stride, padding, 1, groups)
+        cfg = topi_accel.conv1d_config(geo)
+    lib = _library(topi_accel.conv1d_nwc_owi_func(geo, cfg, batch=tvm.tirx.Var("batch", "int64")), "accel")
+    packed = pack(wt, topi_accel.conv1d_kernel_pack_map(cfg))
+    for n in BATCHES:
+        x = rand(n, width, c)
+        ref = torch.nn.functional.conv1d(
+            torch.from_numpy(x.transpose(0, 2, 1)),
+            torch.from_numpy(wt.transpose(0, 2, 1)),
+            None,
+            stride,
+            padding,
+            1,
+            groups,
+        )
+        out = _call(lib, [x, packed], (n, geo.out_w, o))
+        assert_close(out, ref.numpy().transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("target", [pytest.param(ISAS[name], id=name) for name in ISAS])
+def test_symbolic_rows_keep_the_vector_fma_loop(target):
+    """The reduction loop of a symbolic-M dense_kn, lowered as the build lowers it, is the static
+    kernel's: unrolled rows of whole vectors of the target's lanes, no condition inside (the row
+    tail re-reads the last row)."""
+    with tvm.target.Target(target):
+        cfg = topi_accel.dense_config(SYMBOLIC, 3072)
+        script = topi_accel.insert_prefetches(topi_accel.dense_kn_func(SYMBOLIC, 768, 3072, cfg)).script()
+    loop = script[script.index("for rk_1 in range") :]
+    body = loop[: loop.index("for ax0")]  # up to the write-back
+    assert "if " not in body and "T.if_then_else" not in body
+    assert f"T.unroll(T.int64({cfg.m_block}))" in body and f"T.vectorized(T.int64({cfg.lanes}))" in body
