@@ -3,7 +3,8 @@
 `SimplifyLayouts` rewrites, wherever they occur:
 - chains of permute_dims into one permute (nothing when they cancel), also
   through pads and takes between them (done in the other layout); a
-  permute that only moves size-1 axes into a reshape;
+  permute that only moves size-1 axes into a reshape; a permute of a reshape of a
+  permute that moves no element relative to a reshape into that reshape;
 - a flatten-before-dense, ``matmul(reshape(permute_dims(x)), W)``, into
   ``matmul(reshape(x), W')`` with the rows of the constant W permuted at
   compile time instead of the activations at run time;
@@ -64,6 +65,8 @@ BINARY_ELEMENTWISE = {"relax.add", "relax.subtract", "relax.multiply", "relax.di
 COMMUTATIVE = {"relax.add", "relax.multiply"}
 # other elementwise ops of two tensors, broadcasting
 BROADCASTING = {"relax.maximum", "relax.minimum", "relax.power"}
+# the ops moved before a reshape: f(reshape(x), c) == reshape(f(x, c))
+ELEMENTWISE = UNARY_ELEMENTWISE | BINARY_ELEMENTWISE
 
 
 def _rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
@@ -132,7 +135,7 @@ class _LayoutSimplifier(PyExprMutator):
             new = self._elementwise_of_permutes(call)
             if new is not None:
                 return new
-        if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
+        if name in ELEMENTWISE:
             new = self._elementwise_before_reshape(call)
             return call if new is None else new
         rewrites = {
@@ -211,7 +214,7 @@ class _LayoutSimplifier(PyExprMutator):
         """Whether `expr` is a matmul, or an elementwise op of one (after a bias add, GELU)."""
         call = _bound(self, expr)
         name = _op_name(call)
-        if name in UNARY_ELEMENTWISE or name in BINARY_ELEMENTWISE:
+        if name in ELEMENTWISE:
             return static_shape(expr) is not None and any(self._follows_matmul(arg) for arg in call.args)
         return name == MATMUL
 
@@ -296,12 +299,33 @@ class _LayoutSimplifier(PyExprMutator):
         if _op_name(inner) == PERMUTE:  # permute of a permute: one permute
             inner_axes = _axes(inner)
             data, axes = inner.args[0], [inner_axes[a] for a in axes]
+        if _op_name(inner) == RESHAPE:
+            reshaped = self._reshape_of_permutes(inner, axes)
+            if reshaped is not None:
+                return reshaped
         if axes == sorted(axes):
             return data
         shape = static_shape(data)
         if shape is not None and _moves_only_unit_axes(shape, axes):
             return relax.op.reshape(data, [shape[a] for a in axes])
         return relax.op.permute_dims(data, axes)
+
+    def _reshape_of_permutes(self, reshape: relax.Call, axes: list[int]) -> relax.Expr | None:
+        """permute_dims(reshape(permute_dims(x, p), s), axes) -> reshape(x, ...) when the two
+        permutes leave every element where a reshape of x puts it (a ViT's patch embedding:
+        the conv's NHWC output permuted to NCHW by ConvertLayout, flattened, permuted to
+        [tokens, channels] by the model)."""
+        permute = _bound(self, reshape.args[0])
+        if _op_name(permute) != PERMUTE:
+            return None
+        x = permute.args[0]
+        shape, middle = static_shape(x), static_shape(reshape)
+        if shape is None or middle is None:
+            return None
+        index = np.arange(math.prod(shape)).reshape(shape).transpose(_axes(permute)).reshape(middle).transpose(axes)
+        if not np.array_equal(index.ravel(), np.arange(index.size)):
+            return None
+        return relax.op.reshape(x, list(index.shape))
 
     def _sink_permute(self, call: relax.Call) -> relax.Call | None:
         """op(permute_dims(x, p)) -> permute_dims(op'(x), p) for a pad (any mode) or a take of

@@ -1,12 +1,14 @@
-"""Every benchmark in one command: the kernel tables (pytest-benchmark) and the whole models.
+"""Every benchmark in one command: the kernel tables (pytest-benchmark), the whole models
+and the model zoo of the tests.
 
     python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
-Writes benchmarks/results/<isa>/{kernels,models}.{md,png} (<isa>: avx512, avx2 or
-sse, the host's widest vectors) and the results section of benchmarks/README.md;
-ACCEL_BENCH_THREADS sets the thread count for every contender (default: every core).
-`python benchmarks/run.py --readme` only regenerates that section from the results
-already there.
+Writes benchmarks/results/<isa>/{kernels,models}.{md,png} and zoo.md (<isa>: avx512, avx2
+or sse, the host's widest vectors) and the results and zoo sections of
+benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every contender
+(default: every core for the kernels and models, 2 for the zoo). `--no-stock-tvm` applies
+to the zoo too. `python benchmarks/run.py --readme` only regenerates those sections from
+the results already there.
 """
 
 import os
@@ -18,28 +20,38 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = ("models.md", "kernels.md")
 ISAS = {"avx512": "AVX-512", "avx2": "AVX2", "sse": "SSE (no AVX)"}
 SECTION = re.compile(r"(<!-- results:[^\n]*-->\n).*?(<!-- /results -->)", re.DOTALL)
+ZOO_SECTION = re.compile(r"(<!-- zoo:[^\n]*-->\n).*?(<!-- /zoo -->)", re.DOTALL)
+
+
+def _tables(names: tuple[str, ...]) -> str:
+    """benchmarks/results/<isa>/<name> for every ISA with results, a heading per ISA, their
+    own headings two levels down."""
+    tables = []
+    for isa, title in ISAS.items():
+        paths = [os.path.join(HERE, "results", isa, name) for name in names]
+        paths = [p for p in paths if os.path.isfile(p)]
+        if not paths:
+            continue
+        tables.append(f"### {title} host")
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                tables.append(re.sub(r"^# ", "#### ", f.read().strip(), flags=re.MULTILINE))
+    return "\n\n".join(tables)
 
 
 def write_readme() -> None:
-    """Put benchmarks/results/<isa>/{models,kernels}.md between the README's results markers,
-    a section per ISA with results, their headings two levels down."""
-    tables = []
-    for isa, title in ISAS.items():
-        folder = os.path.join(HERE, "results", isa)
-        if not os.path.isdir(folder):
-            continue
-        tables.append(f"### {title} host")
-        for name in RESULTS:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                tables.append(re.sub(r"^# ", "#### ", f.read().strip(), flags=re.MULTILINE))
+    """Put benchmarks/results/<isa>/{models,kernels}.md between the README's results markers
+    and <isa>/zoo.md between its zoo markers."""
     readme = os.path.join(HERE, "README.md")
     with open(readme, encoding="utf-8") as f:
         text = f.read()
-    if not SECTION.search(text):
-        raise SystemExit(f"{readme}: no '<!-- results: ... -->' ... '<!-- /results -->' section to fill")
-    body = "\n\n".join(tables)
+    for section, names, marker in ((SECTION, RESULTS, "results"), (ZOO_SECTION, ("zoo.md",), "zoo")):
+        if not section.search(text):
+            raise SystemExit(f"{readme}: no '<!-- {marker}: ... -->' ... '<!-- /{marker} -->' section to fill")
+        body = _tables(names)
+        text = section.sub(lambda m, body=body: f"{m.group(1)}\n{body}\n\n{m.group(2)}", text)
     with open(readme, "w", encoding="utf-8") as f:
-        f.write(SECTION.sub(lambda m: f"{m.group(1)}\n{body}\n\n{m.group(2)}", text))
+        f.write(text)
 
 
 def main() -> int:
@@ -55,8 +67,10 @@ def main() -> int:
         cwd=root,
     )
     models = subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), *sys.argv[1:]], cwd=root)
+    no_stock = ["--no-stock-tvm"] if "--no-stock-tvm" in sys.argv[1:] else []
+    zoo = subprocess.run([sys.executable, os.path.join(HERE, "bench_zoo.py"), *no_stock], cwd=root)
     write_readme()
-    return kernels.returncode or models.returncode
+    return kernels.returncode or models.returncode or zoo.returncode
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from tvm import relax
 from tvm.target import codegen
 
 import accel_target  # noqa: F401  (registers the target)
-from accel_target.report import module_kernels
+from accel_target.reporting import module_kernels
 from strategy.layout import map_array
 
 RNG = np.random.default_rng(0)

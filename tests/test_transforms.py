@@ -9,7 +9,7 @@ from tvm import relax, te, topi
 import accel_target
 import topi_accel
 from accel_target.pipeline import graph_passes
-from accel_target.report import calls_of
+from accel_target.reporting import calls_of
 from accel_target.transforms import FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
 from strategy.layout import constant_array
 from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_relax, single_op_module

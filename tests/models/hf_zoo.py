@@ -1,25 +1,51 @@
-"""Hugging Face transformers vision architectures, small configs, random weights.
+"""The model zoo: Hugging Face transformers architectures (small configs, random weights) and
+our own PyTorch-built networks (tests/models/zoo.py).
 
-``MODELS[name]()`` returns (model in eval mode, example input [1, 3, H, W]). Nothing is
-downloaded: every model is built from a config. A model's ``forward`` returns the
-logits tensor only (`Logits`), so that torch.export gives one output.
-Add an architecture with one entry in MODELS.
+``ZOO[name].make()`` returns (model in eval mode, example inputs as a tuple). Nothing is
+downloaded: every model is built from a config. A model's ``forward`` returns one tensor
+(`Output`), so that torch.export gives one output. Add an architecture with one entry in
+the table of its family (VISION, AUDIO, ENCODERS, DECODERS).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from tests.models import zoo
+
 SIZE = 64  # input height and width
+TOKENS = 16  # length of a text input
+VOCAB = 100
 
 
-class Logits(nn.Module):
-    """A transformers image classifier returning its logits tensor."""
+@dataclass(frozen=True)
+class Entry:
+    """One architecture of the zoo."""
 
-    def __init__(self, model: nn.Module):
+    make: Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]  # () -> (model, inputs)
+    family: str  # a few words: what kind of network it is
+    image: bool = False  # one NCHW image input: channels-last input applies
+    image_output: bool = False  # its output is an NCHW image (a segmentation map)
+
+
+class Output(nn.Module):
+    """A transformers model returning one field of its output (``logits``, ``last_hidden_state``),
+    called with fixed keyword arguments (``use_cache=False`` for a decoder)."""
+
+    def __init__(self, model: nn.Module, field: str = "logits", **kwargs):
         super().__init__()
-        self.model = model
+        self.model, self.field, self.kwargs = model, field, kwargs
+
+    def forward(self, x):
+        return getattr(self.model(x, **self.kwargs), self.field)
+
+
+class Logits(Output):
+    """A transformers image model returning its logits tensor."""
 
     def forward(self, pixel_values):
         return self.model(pixel_values=pixel_values).logits
@@ -27,6 +53,14 @@ class Logits(nn.Module):
 
 def _image(size: int = SIZE) -> torch.Tensor:
     return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+
+
+def _tokens(length: int = TOKENS) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(0))
+
+
+def _audio(samples: int = 4000) -> torch.Tensor:
+    return torch.randn(1, samples, generator=torch.Generator().manual_seed(0))
 
 
 def _perturb(model: nn.Module) -> None:
@@ -45,14 +79,20 @@ def _perturb(model: nn.Module) -> None:
                 module.running_var.copy_(1 + noise(module.running_var, 0.5))
 
 
-def _classifier(config_name: str, model_name: str, size: int = SIZE, **config):
-    """(Logits(model_name(config_name(**config))), image): random weights, seed 0."""
+def _build(config_name: str, model_name: str, perturb: bool = True, **config) -> nn.Module:
+    """transformers.model_name(transformers.config_name(**config)), random weights (seed 0)."""
     import transformers
 
     torch.manual_seed(0)
-    model = getattr(transformers, model_name)(getattr(transformers, config_name)(num_labels=10, **config))
-    _perturb(model)
-    return Logits(model).eval(), _image(size)
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+    if perturb:
+        _perturb(model)
+    return model.eval()
+
+
+def _classifier(config_name: str, model_name: str, size: int = SIZE, **config):
+    """(Logits(model_name(config_name(**config))), (image,)): random weights, seed 0."""
+    return Logits(_build(config_name, model_name, num_labels=10, **config)).eval(), (_image(size),)
 
 
 def efficientnet():
@@ -75,6 +115,19 @@ def regnet():
         depths=[1, 1, 1, 1],
         groups_width=8,
     )
+
+
+def resnet():
+    return _classifier(
+        "ResNetConfig", "ResNetForImageClassification", embedding_size=16, hidden_sizes=[16, 32, 48, 64], depths=[1] * 4
+    )
+
+
+def deeplabv3():
+    """MobileNetV2 (inverted residuals, depthwise convs, ReLU6) with the DeepLabV3 head
+    (dilated last stage, atrous spatial pyramid pooling): [1, 5, 8, 8] logits."""
+    model = _build("MobileNetV2Config", "MobileNetV2ForSemanticSegmentation", depth_multiplier=0.35, num_labels=5)
+    return Logits(model).eval(), (_image(),)
 
 
 def segformer():
@@ -153,13 +206,226 @@ def convnextv2():
     )
 
 
-MODELS = {
-    "efficientnet": efficientnet,
-    "regnet": regnet,
-    "segformer": segformer,
-    "cvt": cvt,
-    "swin": swin,
-    "poolformer": poolformer,
-    "convnext": convnext,
-    "convnextv2": convnextv2,
+def mobilevit():
+    """MobileNetV2 blocks, then transformers over unfolded 2x2 patches, folded back and fused
+    with the block's input by a conv."""
+    return _classifier(
+        "MobileViTConfig",
+        "MobileViTForImageClassification",
+        image_size=SIZE,
+        hidden_sizes=[32, 48, 64],
+        neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
+        num_attention_heads=2,
+        expand_ratio=2.0,
+    )
+
+
+def levit():
+    """Conv stem, attention with learned position biases, BN after every linear layer,
+    shrinking attention between stages."""
+    return _classifier(
+        "LevitConfig",
+        "LevitForImageClassification",
+        image_size=SIZE,
+        hidden_sizes=[32, 48, 64],
+        num_attention_heads=[1, 2, 2],
+        depths=[1, 1, 1],
+        key_dim=[8, 8, 8],
+    )
+
+
+# a plain transformer encoder's size, for the vision and text transformers
+ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+
+
+def vit():
+    return _classifier("ViTConfig", "ViTForImageClassification", image_size=SIZE, patch_size=8, **ENCODER)
+
+
+def deit():
+    """ViT with a distillation token: two heads averaged."""
+    return _classifier("DeiTConfig", "DeiTForImageClassificationWithTeacher", image_size=SIZE, patch_size=8, **ENCODER)
+
+
+def beit():
+    """ViT with relative position biases in every layer, layer scale, mean pooling."""
+    return _classifier(
+        "BeitConfig",
+        "BeitForImageClassification",
+        image_size=SIZE,
+        patch_size=8,
+        use_relative_position_bias=True,
+        **ENCODER,
+    )
+
+
+def dinov2():
+    """ViT with layer scale, position embeddings interpolated to the input (bicubic)."""
+    config = {k: v for k, v in ENCODER.items() if k != "intermediate_size"}
+    return _classifier("Dinov2Config", "Dinov2ForImageClassification", image_size=SIZE, patch_size=8, **config)
+
+
+VISION = {
+    # convolutional: squeeze-excitation, grouped, dilated, depthwise convs
+    "efficientnet": Entry(efficientnet, "CNN: depthwise, squeeze-excitation", image=True),
+    "regnet": Entry(regnet, "CNN: grouped convs, squeeze-excitation", image=True),
+    "resnet": Entry(resnet, "CNN: bottlenecks, max pooling", image=True),
+    "deeplabv3": Entry(deeplabv3, "segmentation: MobileNetV2 + DeepLabV3 (dilated, ASPP)", True, True),
+    "poolformer": Entry(poolformer, "metaformer: pooling token mixer, layer scale", image=True),
+    "convnext": Entry(convnext, "CNN: depthwise 7x7, channels-last LayerNorm + MLP", image=True),
+    "convnextv2": Entry(convnextv2, "CNN: ConvNeXt with global response norm", image=True),
+    # hybrid conv-attention and hierarchical vision transformers
+    "mobilevit": Entry(mobilevit, "hybrid: MobileNetV2 blocks + transformers on patches", image=True),
+    "levit": Entry(levit, "hybrid: conv stem, attention with position biases", image=True),
+    "cvt": Entry(cvt, "hybrid: convolutional token embedding and projections", image=True),
+    "segformer": Entry(segformer, "hierarchical transformer: overlapping patches, reduced attention", image=True),
+    "swin": Entry(swin, "hierarchical transformer: shifted windows", image=True),
+    # plain vision transformers
+    "vit": Entry(vit, "vision transformer", image=True),
+    "deit": Entry(deit, "vision transformer with a distillation token", image=True),
+    "beit": Entry(beit, "vision transformer: relative position biases", image=True),
+    "dinov2": Entry(dinov2, "vision transformer: layer scale, interpolated positions", image=True),
 }
+
+
+def _speech(config_name: str, model_name: str, **config):
+    """(model's last_hidden_state, 4000 samples): a 3-layer conv feature extractor (k10/5,
+    k3/2, k3/2, group norm, GELU), the grouped positional conv (groups 4, kernel 16, weight
+    norm) and 2 transformer layers."""
+    model = _build(
+        config_name,
+        model_name,
+        perturb=False,
+        **ENCODER,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 2, 2),
+        conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        **config,
+    )
+    return Output(model, "last_hidden_state").eval(), (_audio(),)
+
+
+def wav2vec2():
+    return _speech("Wav2Vec2Config", "Wav2Vec2Model")
+
+
+def hubert():
+    return _speech("HubertConfig", "HubertModel")
+
+
+def whisper_encoder():
+    """WhisperEncoder: conv1d k3 and k3/2 with GELU over 16 mel bins, then 2 transformer layers."""
+    import transformers
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(
+        d_model=64,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        num_mel_bins=16,
+        max_source_positions=50,
+    )
+    mel = torch.randn(1, 16, 100, generator=torch.Generator().manual_seed(0))
+    return Output(WhisperEncoder(config).eval(), "last_hidden_state").eval(), (mel,)
+
+
+AUDIO = {
+    "wav2vec2": Entry(wav2vec2, "audio: conv1d feature extractor, grouped positional conv, encoder"),
+    "hubert": Entry(hubert, "audio: wav2vec2's front end, another encoder"),
+    "whisper_encoder": Entry(whisper_encoder, "audio: conv1d over mel bins, encoder"),
+}
+
+TEXT = dict(ENCODER, vocab_size=VOCAB, max_position_embeddings=64)
+
+
+def _text_encoder(config_name: str, model_name: str, **config):
+    return Output(_build(config_name, model_name, **config), "last_hidden_state").eval(), (_tokens(),)
+
+
+ENCODERS = {
+    "bert": Entry(lambda: _text_encoder("BertConfig", "BertModel", **TEXT), "text encoder"),
+    # position ids from the input (a cumsum over the tokens that are not padding)
+    "roberta": Entry(
+        lambda: _text_encoder("RobertaConfig", "RobertaModel", **{**TEXT, "max_position_embeddings": 80}),
+        "text encoder: position ids from the input (cumsum)",
+    ),
+    "distilbert": Entry(
+        lambda: _text_encoder(
+            "DistilBertConfig",
+            "DistilBertModel",
+            dim=64,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=128,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+        ),
+        "text encoder: distilled BERT",
+    ),
+    "albert": Entry(
+        lambda: _text_encoder("AlbertConfig", "AlbertModel", embedding_size=32, **TEXT),
+        "text encoder: factorized embedding, one layer shared",
+    ),
+    "t5_encoder": Entry(
+        lambda: _text_encoder(
+            "T5Config", "T5EncoderModel", d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=VOCAB
+        ),
+        "text encoder: RMSNorm, relative position buckets",
+    ),
+}
+
+# (GPT-2 and Llama: tests/models/test_decoders.py tests them on their own, at batch 2 and with a mask too)
+GPT2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64, bos_token_id=0, eos_token_id=0)
+# Llama-style decoders: grouped-query attention, rotary embeddings, RMSNorm, gated SiLU MLP
+LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    bos_token_id=0,
+    eos_token_id=0,
+)
+
+
+def _causal_lm(config_name: str, model_name: str, **config):
+    """(the language model's logits, 8 tokens), exported without the key/value cache."""
+    model = _build(config_name, model_name, perturb=False, **config)
+    return Output(model, "logits", use_cache=False).eval(), (_tokens(8),)
+
+
+DECODERS = {
+    "gpt2": Entry(lambda: _causal_lm("GPT2Config", "GPT2LMHeadModel", **GPT2), "decoder: Conv1D [in, out] weights"),
+    "llama": Entry(lambda: _causal_lm("LlamaConfig", "LlamaForCausalLM", **LLAMA), "decoder: GQA, rotary, RMSNorm"),
+    "mistral": Entry(lambda: _causal_lm("MistralConfig", "MistralForCausalLM", **LLAMA), "decoder: Llama-style"),
+    "qwen2": Entry(lambda: _causal_lm("Qwen2Config", "Qwen2ForCausalLM", **LLAMA), "decoder: q/k/v biases"),
+    "phi": Entry(
+        lambda: _causal_lm("PhiConfig", "PhiForCausalLM", **{**LLAMA, "num_key_value_heads": 4}),
+        "decoder: partial rotary, parallel attention and MLP, tanh GELU",
+    ),
+}
+
+
+def _ours(name: str) -> Callable:
+    def make():
+        model, x, _ = zoo.make(name)
+        return model, (x,)
+
+    return make
+
+
+# our own, in plain PyTorch (tests/models/test_models.py tests them)
+OURS = {
+    "residual_cnn": Entry(_ours("residual_cnn"), "CNN (ours): ResNet-style", image=True),
+    "depthwise_separable_cnn": Entry(_ours("depthwise_separable_cnn"), "CNN (ours): MobileNet-style", image=True),
+    "convnext_like": Entry(_ours("convnext_like"), "CNN (ours): ConvNeXt-style block", image=True),
+    "transformer_encoder": Entry(_ours("transformer_encoder"), "encoder (ours): nn.TransformerEncoderLayer"),
+}
+
+ZOO: dict[str, Entry] = {**VISION, **AUDIO, **ENCODERS, **DECODERS, **OURS}

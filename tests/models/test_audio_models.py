@@ -6,61 +6,19 @@ import torch
 import tvm
 
 import accel_target
-from accel_target.report import calls_of
+from accel_target.reporting import calls_of
 from tests.helpers import assert_close, run_executable
+from tests.models.hf_zoo import ZOO
 
 pytestmark = pytest.mark.slow
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
-class LastHiddenState(torch.nn.Module):
-    """The model's last_hidden_state as a plain tensor output."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return self.model(x).last_hidden_state
-
-
-def wav2vec2():
-    """Wav2Vec2Model: a 3-layer conv feature extractor (k10/5, k3/2, k3/2, group norm, GELU),
-    the grouped positional conv (groups 4, kernel 16, weight norm) and 2 transformer layers."""
-    config = transformers.Wav2Vec2Config(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        conv_dim=(32, 32, 32),
-        conv_stride=(5, 2, 2),
-        conv_kernel=(10, 3, 3),
-        num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=4,
-    )
-    return transformers.Wav2Vec2Model(config), torch.randn(1, 4000), 4
-
-
-def whisper_encoder():
-    """WhisperEncoder: conv1d k3 and k3/2 with GELU over 16 mel bins, then 2 transformer layers."""
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder  # noqa: PLC0415
-
-    config = transformers.WhisperConfig(
-        d_model=64,
-        encoder_layers=2,
-        encoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        num_mel_bins=16,
-        max_source_positions=50,
-    )
-    return WhisperEncoder(config), torch.randn(1, 16, 100), 2
-
-
-@pytest.mark.parametrize("make", [wav2vec2, whisper_encoder], ids=lambda f: f.__name__)
-def test_audio_model_runs_every_conv1d_on_accel(make):
-    torch.manual_seed(0)
-    model, x, n_conv1d = make()
-    model = LastHiddenState(model.eval()).eval()
+# wav2vec2: a 3-layer conv feature extractor (k10/5, k3/2, k3/2, group norm, GELU), the grouped
+# positional conv (groups 4, kernel 16, weight norm); Whisper's encoder: conv1d k3 and k3/2 over mel bins
+@pytest.mark.parametrize("name, n_conv1d", [("wav2vec2", 4), ("whisper_encoder", 2)])
+def test_audio_model_runs_every_conv1d_on_accel(name, n_conv1d):
+    model, (x,) = ZOO[name].make()
     with torch.no_grad():
         ref = model(x).numpy()
     mod = accel_target.from_torch(model, (x,))

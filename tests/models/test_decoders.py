@@ -11,23 +11,12 @@ from tvm import relax
 import accel_target
 from accel_target.frontend import UnsupportedModelError
 from tests.helpers import assert_close, run_executable
+from tests.models.hf_zoo import GPT2, LLAMA
 from tests.models.test_models import _check_report
 
 transformers = pytest.importorskip("transformers")
 
-LAYERS = 2
-GPT2 = dict(n_layer=LAYERS, n_embd=64, n_head=4, vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0)
-LLAMA = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=LAYERS,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=100,
-    max_position_embeddings=64,
-    bos_token_id=0,
-    eos_token_id=0,
-)
+LAYERS = GPT2["n_layer"]  # = LLAMA["num_hidden_layers"]
 
 
 def _decoder(name: str):
