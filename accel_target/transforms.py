@@ -39,7 +39,7 @@ import tvm
 from tvm import relax, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import constant_array, permutation, static_shape
+from strategy.layout import constant_array, permutation, static_shape, tensor_shape
 
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
@@ -430,7 +430,7 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
     perm_to_nchw, perm_from_nchw = permutation(layout, "NCHW"), permutation("NCHW", layout)
     new_params, bindings = [], []
     for i, param in enumerate(func.params):
-        shape = static_shape(param) if isinstance(param.ty, relax.TensorType) else None
+        shape = tensor_shape(param)  # a symbolic batch too
         if shape is None or len(shape) != 4 or i >= num_inputs(func):
             new_params.append(param)
             continue
@@ -441,7 +441,7 @@ def convert_input_layout(mod: tvm.IRModule, layout: str | None, function: str = 
         bindings.append(relax.VarBinding(param, relax.op.permute_dims(new, perm_to_nchw)))
     if not bindings:
         shapes = ", ".join(
-            f"{p.name}: {static_shape(p) if isinstance(p.ty, relax.TensorType) else p.ty}" for p in func.params
+            f"{p.name}: {tensor_shape(p) if isinstance(p.ty, relax.TensorType) else p.ty}" for p in func.params
         )
         raise ValueError(f"input_layout={layout!r} needs a 4-D NCHW image input, but {function}() takes ({shapes})")
     body = relax.SeqExpr([relax.BindingBlock(bindings)] + list(func.body.blocks), func.body.body)
@@ -473,7 +473,7 @@ def convert_output_layout(mod: tvm.IRModule, layout: str | None, function: str =
         if isinstance(ty, relax.TupleType):
             fields = [convert(bind(relax.TupleGetItem(expr, i), t), t) for i, t in enumerate(ty.fields)]
             return relax.Tuple([f for f, _ in fields]), relax.TupleType([t for _, t in fields])
-        shape = [int(d) for d in ty.shape.values] if isinstance(ty, relax.TensorType) and ty.shape else None
+        shape = list(ty.shape.values) if isinstance(ty, relax.TensorType) and ty.shape else None
         if shape is None or len(shape) != 4:
             return expr, ty
         permuted = relax.TensorType([shape[axis] for axis in perm], ty.dtype)
