@@ -10,11 +10,10 @@ import topi_accel
 from .dispatch import kernel_call
 from .layout import (
     KernelDims,
-    constant_array,
+    constant_in,
     dtype_reason,
     is_permutation,
     pack_weight,
-    permutation,
     static_shape,
     symbolic_axes,
     tensor_shape,
@@ -25,12 +24,10 @@ from .registry import register
 SUPPORTED_DTYPES = topi_accel.conv2d.SUPPORTED_DTYPES
 
 
-def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -> str | None:
+def layout_reason(call: relax.Call, data_axes: str, kernel_axes: str) -> str | None:
     """None when a convolution `call` has any plain order of `data_axes` / `kernel_axes`
-    (its output too), float32 data, a static kernel and static data but for a symbolic
-    batch (N); else why not."""
+    (its output too), else why not."""
     attrs = call.attrs
-    data, kernel = call.args
     for what, layout, axes in (
         ("data_layout", attrs.data_layout, data_axes),
         ("kernel_layout", attrs.kernel_layout, kernel_axes),
@@ -38,10 +35,18 @@ def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -
     ):
         if not is_permutation(str(layout), axes):
             return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
-    reason = dtype_reason(call, SUPPORTED_DTYPES)
+    return None
+
+
+def plain_layout_condition(call: relax.Call, data_axes: str, kernel_axes: str) -> str | None:
+    """None when a convolution `call` has any plain order of `data_axes` / `kernel_axes`
+    (its output too), float32 data, a static kernel and static data but for a symbolic
+    batch (N); else why not."""
+    reason = layout_reason(call, data_axes, kernel_axes) or dtype_reason(call, SUPPORTED_DTYPES)
     if reason is not None:
         return reason
-    return shape_reason(data, kernel, str(attrs.data_layout))
+    data, kernel = call.args
+    return shape_reason(data, kernel, str(call.attrs.data_layout))
 
 
 def shape_reason(data: relax.Expr, kernel: relax.Expr, data_layout: str) -> str | None:
@@ -79,15 +84,22 @@ def static_data_shape(call: relax.Call) -> list[int]:
     ]
 
 
+def nhwc_ohwi_shapes(call: relax.Call) -> tuple[list[int], list[int]]:
+    """The NHWC data and OHWI kernel shapes of a conv2d call in any plain layout (a symbolic
+    batch as REPRESENTATIVE_BATCH)."""
+    data_shape, kernel_shape = static_data_shape(call), static_shape(call.args[1])
+    data_layout, kernel_layout = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
+    data = [data_shape[data_layout.index(axis)] for axis in "NHWC"]
+    kernel = [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"]
+    return data, kernel
+
+
 def geometry_of(call: relax.Call) -> topi_accel.Conv2DGeometry:
     """The conv2d_nhwc_ohwi geometry of a conv2d call in any plain layout (a symbolic batch
     as REPRESENTATIVE_BATCH)."""
     attrs = call.attrs
-    data_shape, kernel_shape = static_data_shape(call), static_shape(call.args[1])
-    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     return topi_accel.conv2d_geometry(
-        [data_shape[data_layout.index(axis)] for axis in "NHWC"],
-        [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"],
+        *nhwc_ohwi_shapes(call),
         attrs.strides,
         attrs.padding,
         attrs.dilation,
@@ -103,22 +115,30 @@ def kernel_batch(call: relax.Call, dims: KernelDims):
     return None if isinstance(batch, int) else dims(batch)
 
 
-def _nhwc_call(
-    bb: relax.BlockBuilder, call: relax.Call, geo, make_kernel, func, name: str, dims: KernelDims
+def nhwc_call(
+    bb: relax.BlockBuilder,
+    call: relax.Call,
+    geo,
+    make_weights,
+    func,
+    name: str,
+    dims: KernelDims,
+    out_dtype: str | None = None,
 ) -> relax.Expr:
-    """Convert data to NHWC, call kernel `func` (named `name`) on it and the weights from
-    `make_kernel()` (emitted after the data's transpose), convert the result to out_layout."""
+    """Convert data to NHWC, call kernel `func` (named `name`) on it and the weight arguments
+    from `make_weights()` (emitted after the data's transpose), convert the result (`out_dtype`,
+    default the data's) to out_layout."""
     attrs = call.attrs
     data = call.args[0]
     if str(attrs.data_layout) != "NHWC":
         data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
-    dtype = str(data.ty.dtype)
+    dtype = out_dtype or str(data.ty.dtype)
     out = kernel_call(
         bb,
         func,
         name,
         f"{name}.accel",
-        [data, make_kernel(), *dims.scalar_args(func)],
+        [data, *make_weights(), *dims.scalar_args(func)],
         relax.TensorType([batch_of(call), geo.out_h, geo.out_w, geo.out_c], dtype),
     )
     if str(attrs.out_layout) == "NHWC":
@@ -134,11 +154,11 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
     cfg = topi_accel.conv2d_config(geo)
     dims = KernelDims()
     func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
-    return _nhwc_call(
+    return nhwc_call(
         bb,
         call,
         geo,
-        lambda: pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg)),
+        lambda: [pack_weight(bb, call.args[1], str(call.attrs.kernel_layout), "OHWI", topi_accel.kernel_pack_map(cfg))],
         func,
         "conv2d_nhwc_ohwi",
         dims,
@@ -162,9 +182,9 @@ def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     """Transform the constant weights now (Winograd's G g G^T, packed), call the kernel."""
     geo = geometry_of(call)
     cfg = topi_accel.winograd_config(geo)
-    ohwi = constant_array(call.args[1]).transpose(permutation(str(call.attrs.kernel_layout), "OHWI"))
+    ohwi = constant_in(call.args[1], str(call.attrs.kernel_layout), "OHWI")
     dims = KernelDims()
     func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
-    return _nhwc_call(
-        bb, call, geo, lambda: relax.const(topi_accel.transform_kernel(ohwi, cfg)), func, "conv2d_winograd", dims
+    return nhwc_call(
+        bb, call, geo, lambda: [relax.const(topi_accel.transform_kernel(ohwi, cfg))], func, "conv2d_winograd", dims
     )

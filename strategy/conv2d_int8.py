@@ -13,8 +13,8 @@ from tvm import relax
 
 from topi_accel import conv2d_int8 as kernels
 
-from .dispatch import kernel_call
-from .layout import constant_array, is_permutation, pack_weight, permutation, static_shape, to_layout
+from .conv2d import layout_reason, nhwc_call, nhwc_ohwi_shapes
+from .layout import KernelDims, constant_in, map_array, static_shape
 from .registry import register
 
 IMPL = "conv2d_nhwc_ohwi_int8.accel"
@@ -39,18 +39,11 @@ def int8_dtype_reason(call: relax.Call) -> str | None:
 def conv2d_int8_condition(call: relax.Call) -> str | None:
     """conv2d_nhwc_ohwi_int8.accel takes uint8/int8 data x a constant int8 kernel -> int32 in
     any plain layout, with static shapes, ungrouped or depthwise."""
-    attrs = call.attrs
-    data, kernel = call.args
-    for what, layout, axes in (
-        ("data_layout", attrs.data_layout, "NCHW"),
-        ("kernel_layout", attrs.kernel_layout, "OIHW"),
-        ("out_layout", attrs.out_layout, "NCHW"),
-    ):
-        if not is_permutation(str(layout), axes):
-            return f"{what} {layout} is not a plain order of {axes} (blocked layouts are not supported)"
-    reason = int8_dtype_reason(call)
+    reason = layout_reason(call, "NCHW", "OIHW") or int8_dtype_reason(call)
     if reason is not None:
         return reason
+    attrs = call.attrs
+    data, kernel = call.args
     data_shape = static_shape(data)
     if data_shape is None or static_shape(kernel) is None:
         return "symbolic shapes are not supported"
@@ -66,11 +59,8 @@ def geometry_of(call: relax.Call):
     """The conv2d_nhwc_ohwi_int8 geometry of a conv2d call in any plain layout."""
     attrs = call.attrs
     data, kernel = call.args
-    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
-    data_shape, kernel_shape = static_shape(data), static_shape(kernel)
     return kernels.conv2d_int8_geometry(
-        [data_shape[data_layout.index(axis)] for axis in "NHWC"],
-        [kernel_shape[kernel_layout.index(axis)] for axis in "OHWI"],
+        *nhwc_ohwi_shapes(call),
         attrs.strides,
         attrs.padding,
         attrs.dilation,
@@ -84,21 +74,12 @@ def geometry_of(call: relax.Call):
 def conv2d_nhwc_ohwi_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Convert data to NHWC, pack the constant kernel (and, for int8 data on vpdpbusd, its
     compensation), call the kernel, convert the int32 result to out_layout."""
-    attrs = call.attrs
-    data, kernel = call.args
-    dtype = str(data.ty.dtype)
+    dtype = str(call.args[0].ty.dtype)
     geo = geometry_of(call)
     cfg = kernels.conv2d_int8_config(geo)
     func = kernels.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype)
-    if str(attrs.data_layout) != "NHWC":
-        data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
-    layout = str(attrs.kernel_layout)
-    args = [data, pack_weight(bb, kernel, layout, "OHWI", kernels.kernel_pack_map_int8(geo, cfg))]
+    ohwi = constant_in(call.args[1], str(call.attrs.kernel_layout), "OHWI")  # read once
+    weights = [relax.const(map_array(kernels.kernel_pack_map_int8(geo, cfg), ohwi))]
     if kernels.takes_compensation(geo, cfg, dtype):
-        args.append(relax.const(kernels.compensation(constant_array(kernel).transpose(permutation(layout, "OHWI")))))
-    out = kernel_call(
-        bb, func, kernels.NAME, IMPL, args, relax.TensorType([geo.batch, geo.out_h, geo.out_w, geo.out_c], "int32")
-    )
-    if str(attrs.out_layout) == "NHWC":
-        return out
-    return to_layout(bb.emit(out), "NHWC", str(attrs.out_layout), bb)
+        weights.append(relax.const(kernels.compensation(ohwi)))
+    return nhwc_call(bb, call, geo, lambda: weights, func, kernels.NAME, KernelDims(), out_dtype="int32")

@@ -8,28 +8,17 @@ batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn.
 
 from __future__ import annotations
 
-import functools
 import math
 
-from tvm import relax, topi
+from tvm import relax
 
 import topi_accel
-from topi_accel.symbolic import SYMBOLIC
 
 from .dispatch import kernel_call
-from .layout import KernelDims, dtype_reason, pack_weight, same_dims, static_shape, tensor_shape
+from .layout import KernelDims, dtype_reason, pack_weight, reshape, same_dims, static_shape, tensor_shape
 from .registry import register
 
 SUPPORTED_DTYPES = topi_accel.dense.SUPPORTED_DTYPES
-
-
-def _prod(dims):
-    """The product of dims (ints or PrimExprs): an int when all are."""
-    return math.prod(dims) if all(isinstance(d, int) for d in dims) else functools.reduce(lambda a, b: a * b, dims)
-
-
-def _static_or_none(dim):
-    return dim if isinstance(dim, int) else SYMBOLIC
 
 
 def _call(bb: relax.BlockBuilder, func, dims: KernelDims, name: str, args, out_type) -> relax.Expr:
@@ -51,35 +40,37 @@ def dense_condition(call: relax.Call) -> str | None:
     return dtype_reason(call, SUPPORTED_DTYPES)
 
 
-def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list) -> relax.Expr:
-    """A reshape kernel call, which the VM turns into a view (RewriteDataflowReshape)."""
-    return bb.call_te(topi.reshape, x, shape, primfunc_name_hint="reshape")
+def on_rows(bb: relax.BlockBuilder, data: relax.Expr, k: int, n: int, cfg, call_kernel) -> relax.Expr:
+    """`call_kernel(x, rows)` on data [*rows, K] as it is, so that an epilogue (a residual add)
+    fuses into the kernel; on data flattened to [M, K] (and the result reshaped to [*rows, N])
+    only where `keeps_rows` says a register tile of rows would span two of its leading axes,
+    or a symbolic axis is not the first."""
+    rows = tensor_shape(data)[:-1]
+    if topi_accel.dense.keeps_rows(rows, cfg):
+        return call_kernel(data, tuple(rows))
+    m = math.prod(rows)
+    out = call_kernel(bb.emit(reshape(bb, data, [m, k])), (m,))
+    return reshape(bb, bb.emit(out), [*rows, n])
 
 
 @register("relax.matmul", "dense_kn.accel", condition=dense_condition)
 def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Pack w and call the kernel on x's rows as they are, so that an epilogue (a residual add)
-    fuses into it; x is flattened to 2-D (and the result reshaped) only where a register tile
-    of rows would span two of its leading axes, or a symbolic axis is not the first."""
+    """Pack w and call the kernel on x's rows (`on_rows`)."""
     data, weight = call.args
     data_shape = tensor_shape(data)
     k, n = static_shape(weight)
-    rows = data_shape[:-1]
-    m = _prod(rows)
+    m = math.prod(data_shape[:-1])
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
-    cfg = topi_accel.dense_config(_static_or_none(m), n)
-    flatten = not topi_accel.dense.keeps_rows(rows, cfg)
-    kernel_rows = [m] if flatten else rows
-    if flatten:
-        data = bb.emit(_reshape(bb, data, [m, k]))
-    packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg))
+    cfg = topi_accel.dense_config(m, n)
     dims = KernelDims()
-    func = topi_accel.dense_kn_func(tuple(dims(r) for r in kernel_rows), k, n, cfg, dtype=dtype)
-    out = _call(bb, func, dims, "dense_kn", [data, packed], relax.TensorType([*kernel_rows, n], dtype))
-    if not flatten:
-        return out
-    return _reshape(bb, bb.emit(out), rows + [n])
+
+    def dense_kn(x: relax.Expr, rows: tuple) -> relax.Expr:
+        packed = pack_weight(bb, weight, "KN", "KN", topi_accel.weight_pack_map(cfg))
+        func = topi_accel.dense_kn_func(tuple(dims(r) for r in rows), k, n, cfg, dtype=dtype)
+        return _call(bb, func, dims, "dense_kn", [x, packed], relax.TensorType([*rows, n], dtype))
+
+    return on_rows(bb, data, k, n, cfg, dense_kn)
 
 
 def batch_matmul_condition(call: relax.Call) -> str | None:
@@ -108,9 +99,9 @@ def batch_matmul_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Exp
     batch = a_shape[:-2]
     dtype = str(a.ty.dtype)
     if len(batch) != 1:
-        a = bb.emit(_reshape(bb, a, [_prod(batch), m, k]))
-        b = bb.emit(_reshape(bb, b, [_prod(batch), k, n]))
-    cfg = topi_accel.batch_matmul_config(_static_or_none(m), _static_or_none(n))
+        a = bb.emit(reshape(bb, a, [math.prod(batch), m, k]))
+        b = bb.emit(reshape(bb, b, [math.prod(batch), k, n]))
+    cfg = topi_accel.batch_matmul_config(m, n)
     dims = KernelDims()
     func = topi_accel.batch_matmul_kn_func(tuple(dims(d) for d in batch), dims(m), dims(k), dims(n), cfg, dtype)
     return _call(bb, func, dims, "batch_matmul_kn", [a, b], relax.TensorType([*batch, m, n], dtype))

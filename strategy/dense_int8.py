@@ -8,14 +8,14 @@ already), ``out_dtype="int32"``. The requantize after it becomes the kernel's ep
 from __future__ import annotations
 
 import tvm
-from tvm import relax, topi
+from tvm import relax
 
 from topi_accel import dense_int8 as kernels
-from topi_accel.dense import keeps_rows
 
 from .conv2d_int8 import INT8_PLEVEL, int8_dtype_reason
+from .dense import on_rows
 from .dispatch import kernel_call
-from .layout import constant_array, pack_weight, static_shape
+from .layout import constant_array, map_array, static_shape
 from .registry import register
 
 IMPL = "dense_kn_int8.accel"
@@ -38,31 +38,22 @@ def dense_int8_condition(call: relax.Call) -> str | None:
     return None
 
 
-def _reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list[int]) -> relax.Expr:
-    """A reshape kernel call, which the VM turns into a view (RewriteDataflowReshape)."""
-    return bb.call_te(topi.reshape, x, shape, primfunc_name_hint="reshape")
-
-
 @register("relax.matmul", IMPL, condition=dense_int8_condition, plevel=INT8_PLEVEL)
 def dense_kn_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Pack w (and, for int8 data on vpdpbusd, its compensation) and call the kernel on x's
-    rows as they are; x is flattened to 2-D (and the result reshaped) only where a register
-    tile of rows would span two of its leading axes."""
+    rows (`strategy.dense.on_rows`)."""
     data, weight = call.args
-    data_shape = static_shape(data)
     k, n = static_shape(weight)
-    rows, dtype = data_shape[:-1], str(data.ty.dtype)
-    m, _, _ = kernels.check_dense_int8(data_shape, [k, n], dtype, str(weight.ty.dtype))
+    dtype = str(data.ty.dtype)
+    m, _, _ = kernels.check_dense_int8(static_shape(data), [k, n], dtype, str(weight.ty.dtype))
     cfg = kernels.dense_int8_config(m, n)
-    flatten = not keeps_rows(rows, cfg)
-    kernel_rows = (m,) if flatten else tuple(rows)
-    if flatten:
-        data = bb.emit(_reshape(bb, data, [m, k]))
-    args = [data, pack_weight(bb, weight, "KN", "KN", kernels.weight_pack_map_int8(cfg))]
+    kn = constant_array(weight)  # read once
+    args = [relax.const(map_array(kernels.weight_pack_map_int8(cfg), kn))]
     if kernels.needs_compensation(dtype, cfg.dot):
-        args.append(relax.const(kernels.compensation(constant_array(weight))))
-    func = kernels.dense_kn_int8_func(kernel_rows, k, n, cfg, dtype)
-    out = kernel_call(bb, func, "dense_kn_int8", IMPL, args, relax.TensorType([*kernel_rows, n], "int32"))
-    if not flatten:
-        return out
-    return _reshape(bb, bb.emit(out), [*rows, n])
+        args.append(relax.const(kernels.compensation(kn)))
+
+    def dense_kn_int8(x: relax.Expr, rows: tuple) -> relax.Expr:
+        func = kernels.dense_kn_int8_func(rows, k, n, cfg, dtype)
+        return kernel_call(bb, func, "dense_kn_int8", IMPL, [x, *args], relax.TensorType([*rows, n], "int32"))
+
+    return on_rows(bb, data, k, n, cfg, dense_kn_int8)

@@ -88,6 +88,16 @@ def constant_array(const) -> np.ndarray:
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value, dtype=str(const.ty.dtype))
 
 
+def constant_in(const, layout: str, canonical: str) -> np.ndarray:
+    """The value of a relax constant in `layout`, transposed to `canonical` axes."""
+    return constant_array(const).transpose(permutation(layout, canonical))
+
+
+def reshape(bb: relax.BlockBuilder, x: relax.Expr, shape: list) -> relax.Expr:
+    """A reshape kernel call, which the VM turns into a view (RewriteDataflowReshape)."""
+    return bb.call_te(topi.reshape, x, shape, primfunc_name_hint="reshape")
+
+
 def to_layout(x: relax.Expr, src: str, dst: str, bb: relax.BlockBuilder) -> relax.Expr:
     """`x` converted from `src` to `dst` layout by a transpose kernel (`x` itself when equal).
 
@@ -111,9 +121,9 @@ def pack_weight(
     packed now, by `map_array`; a runtime weight gets one emitted
     layout_transform that does the reordering and the packing together.
     """
-    order = permutation(layout, canonical)
     if isinstance(weight, tvm.ir.expr.Constant):
-        return relax.const(map_array(index_map, constant_array(weight).transpose(order)))
+        return relax.const(map_array(index_map, constant_in(weight, layout, canonical)))
+    order = permutation(layout, canonical)
     full_map = IndexMap.from_func(lambda *axes: index_map.map_indices([axes[i] for i in order]), ndim=len(layout))
     call = bb.normalize(relax.op.layout_transform(weight, full_map, pad_value=0.0))
     lowered = Op.get("relax.layout_transform").get_attr("FLegalize")(bb, call)

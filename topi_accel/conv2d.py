@@ -26,7 +26,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import cpu_knobs, element_bytes, largest_divisor, pick_block, round_up
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -197,7 +197,7 @@ CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
 
 def _channels_outer(geo: Conv2DGeometry, dtype: str) -> bool:
-    kernel_bytes = element_bytes(dtype) * geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups)
+    kernel_bytes = tvm.DataType(dtype).itemsize * geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups)
     small_kernel = kernel_bytes <= CHANNELS_INNER_MAX_KERNEL_BYTES
     if geo.groups != 1:
         # depthwise/grouped kernels are tiny, but not all: wav2vec2's positional conv (groups 16,
@@ -275,10 +275,17 @@ def conv2d_nhwc_ohwi(
     )
 
 
-def _input_extent(geo: Conv2DGeometry, cfg: Conv2DConfig) -> tuple[int, int] | None:
-    """Rows and columns the tile grid reads, or None when it reads only the unpadded input."""
+def _grid_extent(geo: Conv2DGeometry, ow_block: int) -> tuple[int, int]:
+    """Rows and columns of the padded input that a tile grid `ow_block` columns wide reads."""
     need_h = (geo.out_h - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
-    need_w = (round_up(geo.out_w, cfg.ow_block) - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
+    need_w = (round_up(geo.out_w, ow_block) - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
+    return need_h, need_w
+
+
+def _input_extent(geo: Conv2DGeometry, cfg) -> tuple[int, int] | None:
+    """Rows and columns the tile grid of `cfg` (any config with an ``ow_block``) reads, or
+    None when it reads only the unpadded input."""
+    need_h, need_w = _grid_extent(geo, cfg.ow_block)
     if geo.pad[0] == 0 and geo.pad[1] == 0 and need_h <= geo.in_h and need_w <= geo.in_w:
         return None
     return need_h, need_w

@@ -31,8 +31,16 @@ import tvm
 from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 
-from .conv2d import CHANNELS_INNER_MAX_KERNEL_BYTES, CHANNELS_INNER_MIN_OUTPUT_PIXELS, Conv2DGeometry, conv2d_geometry
+from .conv2d import (
+    Conv2DGeometry,
+    _channels_outer,
+    _grid_extent,
+    _input_extent,
+    conv2d_geometry,
+    kernel_pack_map,
+)
 from .dense_int8 import DATA_DTYPES, Int8Dot, dot_tile, int8_dot, needs_compensation, schedule_copy
+from .dense_int8 import compensation as dense_compensation
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .tiles import vectorize_inner
 
@@ -99,16 +107,8 @@ def conv2d_int8_config(geo: Conv2DGeometry, target: tvm.target.Target | None = N
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
     else:
         oc_block = two if geo.out_c > lanes else lanes
-    ow_block = pick_block(geo.out_w, max(knobs.accumulators // max(oc_block // lanes, 1), 1))
-    return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, _channels_outer(geo))
-
-
-def _channels_outer(geo: Conv2DGeometry) -> bool:
-    """conv2d_nhwc_ohwi's rule, for int8 kernels (one byte a weight)."""
-    small_kernel = geo.out_c * geo.kh * geo.kw * (geo.in_c // geo.groups) <= CHANNELS_INNER_MAX_KERNEL_BYTES
-    if is_depthwise(geo):
-        return not small_kernel
-    return not (small_kernel and geo.out_h * geo.out_w >= CHANNELS_INNER_MIN_OUTPUT_PIXELS)
+    ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block, lanes))
+    return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, _channels_outer(geo, "int8"))
 
 
 def packed_kernel_shape(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int, ...]:
@@ -121,34 +121,26 @@ def packed_kernel_shape(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int
 
 def kernel_pack_map_int8(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> IndexMap:
     """OHWI -> the packed kernel layout (see the module docstring) as an IndexMap (zero-padded)."""
-    ob, g = cfg.oc_block, cfg.dot.group
     if is_depthwise(geo):
-        return IndexMap.from_func(lambda o, h, w, i: [o // ob, h, w, i, o % ob])
+        return kernel_pack_map(cfg)
+    ob, g = cfg.oc_block, cfg.dot.group
     return IndexMap.from_func(lambda o, h, w, i: [o // ob, h, w, i // g, o % ob, i % g])
 
 
 def compensation(kernel_ohwi: np.ndarray) -> np.ndarray:
     """``128 * sum(w)`` per output channel, int32 [O]: what int8 data read as ``x + 128`` adds."""
-    return (128 * kernel_ohwi.astype(np.int64).reshape(kernel_ohwi.shape[0], -1).sum(axis=1)).astype("int32")
-
-
-def _input_extent(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int, int]:
-    """Rows and columns of the input that the tile grid reads (past the padding)."""
-    need_h = (geo.out_h - 1) * geo.stride[0] + (geo.kh - 1) * geo.dilation[0] + 1
-    need_w = (round_up(geo.out_w, cfg.ow_block) - 1) * geo.stride[1] + (geo.kw - 1) * geo.dilation[1] + 1
-    return need_h, need_w
+    return dense_compensation(kernel_ohwi.reshape(kernel_ohwi.shape[0], -1).T)
 
 
 def _padded_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DInt8Config, dtype: str) -> te.Tensor:
     """`data` as the tile grid reads it: in `dtype`, zero-padded around (before the
     conversion), channels zero-padded to the group ("conv2d_nhwc_ohwi_int8_pad"); `data`
     itself when none of that is needed."""
-    need_h, need_w = _input_extent(geo, cfg)
     g = 1 if is_depthwise(geo) else cfg.dot.group
-    pt, pl = geo.pad[0], geo.pad[1]
-    in_place = pt == 0 and pl == 0 and need_h <= geo.in_h and need_w <= geo.in_w
-    if in_place and str(data.dtype) == dtype and geo.in_c % g == 0:
+    if _input_extent(geo, cfg) is None and str(data.dtype) == dtype and geo.in_c % g == 0:
         return data
+    need_h, need_w = _grid_extent(geo, cfg.ow_block)
+    pt, pl = geo.pad[0], geo.pad[1]
     flip = dtype == "uint8" and str(data.dtype) == "int8"  # vpdpbusd reads int8 data as x + 128
 
     def value(n, y, x, c):
@@ -263,10 +255,8 @@ def schedule_conv2d_nhwc_ohwi_int8(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg
         sch.reverse_compute_at(out, tile)
         sch.set_scope(acc, 0, "local")
         sch.decompose_reduction(acc, loops[4])  # rkh
-        try:  # the border tested in the tile loop, one select per vector of channels
+        if _input_extent(geo, cfg) is not None:  # the border tested in the tile loop, one select per vector
             sch.compute_inline(sch.get_sblock(f"{NAME}_pad"))
-        except s_tir.schedule.schedule.ScheduleError:  # no padding
-            pass
     else:
         rco, rci = loops[-2:]
 

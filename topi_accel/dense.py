@@ -65,9 +65,9 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=Non
     return m, k, n
 
 
-def dense_config(m: int | None, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
-    """Tile sizes for an [m, *] x [*, n] product on `target` (m None: symbolic, the tiles of
-    REPRESENTATIVE_ROWS rows)."""
+def dense_config(m: int | tirx.PrimExpr | None, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
+    """Tile sizes for an [m, *] x [*, n] product on `target` (m symbolic, None or an
+    expression: the tiles of REPRESENTATIVE_ROWS rows)."""
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = 2 * knobs.lanes if n > knobs.lanes else knobs.lanes
@@ -181,13 +181,15 @@ def dense_kn_func(
     return schedule_dense_kn(prim_func([data, weight] + ([bias] if with_bias else []), out), n, cfg)
 
 
-def batch_matmul_config(m: int | None, n: int | None, target: tvm.target.Target | None = None) -> DenseConfig:
+def batch_matmul_config(
+    m: int | tirx.PrimExpr | None, n: int | tirx.PrimExpr | None, target: tvm.target.Target | None = None
+) -> DenseConfig:
     """Tiles for [B, m, K] x [B, K, n]: n_block divides a static n (the right operand is read
-    unpacked); a symbolic n (None) gets dense_kn's two vectors, the operand packed in the
-    kernel. A symbolic m gets the tiles of REPRESENTATIVE_ROWS rows."""
+    unpacked); a symbolic n (None or an expression) gets dense_kn's two vectors, the operand
+    packed in the kernel. A symbolic m gets the tiles of REPRESENTATIVE_ROWS rows."""
     knobs = cpu_knobs(target)
     m = static_or(m, REPRESENTATIVE_ROWS)
-    if n is SYMBOLIC:
+    if not is_static(n):
         n_block = 2 * knobs.lanes
     else:
         n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(

@@ -39,7 +39,6 @@ from .tiles import vectorize_inner
 
 DATA_DTYPES = ("uint8", "int8")
 WEIGHT_DTYPES = ("int8",)
-OUT_DTYPE = "int32"
 # the first LLVM whose vpdpbusd intrinsics take their bytes as i8 vectors
 VNNI_BYTES_LLVM = 21
 
@@ -190,7 +189,7 @@ def dense_int8_config(m: int, n: int, target: tvm.target.Target | None = None) -
     """Tile sizes for an [m, *] x [*, n] int8 product on `target`."""
     knobs, dot = cpu_knobs(target), int8_dot(target)
     n_block = 2 * dot.lanes if n > dot.lanes else dot.lanes
-    rows = max(knobs.accumulators // (n_block // dot.lanes), 1)
+    rows = knobs.tile_rows(n_block, dot.lanes)
     return DenseInt8Config(m_block=pick_block(m, min(rows, 8)), n_block=n_block, dot=dot, parallel=knobs.parallel)
 
 

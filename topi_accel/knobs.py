@@ -13,23 +13,17 @@ from tvm.target import codegen
 class CPUKnobs:
     """Target facts the schedules derive their tile sizes from.
 
-    lanes: float32 elements in one vector register (`lanes_of` for another dtype).
+    lanes: float32 elements in one vector register.
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
     parallel: whether kernels split work across threads (target "num-cores" > 1).
     cores: the threads kernels are written for (target "num-cores", else this machine's cores).
-    vector_bits: width of one vector register.
     """
 
     lanes: int
     accumulators: int
     parallel: bool
     cores: int
-    vector_bits: int = 0
-
-    def lanes_of(self, dtype: str) -> int:
-        """Elements of `dtype` in one vector register."""
-        return max(self.vector_bits // tvm.DataType(dtype).bits, 1)
 
     def tile_rows(self, columns: int, lanes: int | None = None) -> int:
         """Rows of a register tile `columns` elements wide (vectors of `lanes`, default the
@@ -66,13 +60,7 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
         accumulators=accumulators,
         parallel=cores != 1,
         cores=cores or os.cpu_count() or 1,
-        vector_bits=bits,
     )
-
-
-def element_bytes(dtype: str) -> int:
-    """Bytes of one element of `dtype`."""
-    return tvm.DataType(dtype).bits // 8
 
 
 def largest_divisor(n: int, cap: int) -> int:

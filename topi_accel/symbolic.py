@@ -60,11 +60,6 @@ def prim_func(inputs, output) -> tirx.PrimFunc:
     return te.create_prim_func([*inputs, *unbound_vars([*inputs, output]), output], index_dtype_override="int64")
 
 
-def spec(dims) -> tuple:
-    """A shape as a builder takes it: ints, `SYMBOLIC` where a dim is not a known number."""
-    return tuple(int(d) if is_static(d) else SYMBOLIC for d in dims)
-
-
 def ceil_to(n, block: int):
     """`n` rounded up to a multiple of `block`: an int, or an expression for a symbolic `n`."""
     if is_static(n):

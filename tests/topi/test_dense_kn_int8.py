@@ -5,7 +5,7 @@ import pytest
 import tvm
 
 import topi_accel
-from tests.helpers import ISAS, _host_flags, isa_params, pack, runs_here
+from tests.helpers import ISAS, _host_flags, isa_params, pack, run_primfunc, runs_here
 from topi_accel import dense_int8
 
 # targets with VNNI (vpdpbusd): their code is compiled and checked on any host, run where it has VNNI
@@ -38,10 +38,8 @@ def int_data(shape, dtype, rng):
 
 
 def run_int8(func, inputs, out_shape, target) -> np.ndarray:
-    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target)).jit()
-    out = tvm.runtime.tensor(np.zeros(out_shape, "int32"))
-    lib(*[tvm.runtime.tensor(a) for a in inputs], out)
-    return out.numpy()
+    """run_primfunc with an int32 output (test_conv2d_nhwc_ohwi_int8 imports this name)."""
+    return run_primfunc(func, inputs, out_shape, target, dtype="int32")
 
 
 def dense_inputs(x, w, cfg):
@@ -76,7 +74,8 @@ def test_dense_kn_int8(shape, target, dtype):
     x, w = int_data((m, k), dtype, rng), int_data((k, n), "int8", rng)
     with tvm.target.Target(target):
         cfg = dense_int8.dense_int8_config(m, n)
-    out = run_int8(dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype), dense_inputs(x, w, cfg), (m, n), target)
+    func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
+    out = run_primfunc(func, dense_inputs(x, w, cfg), (m, n), target, dtype="int32")
     np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
 
 
@@ -89,7 +88,8 @@ def test_dense_kn_int8_extremes_do_not_saturate(dtype, value):
     w[:, 1::2] = 127
     with tvm.target.Target("accel"):
         cfg = dense_int8.dense_int8_config(m, n)
-    out = run_int8(dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype), dense_inputs(x, w, cfg), (m, n), "accel")
+    func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
+    out = run_primfunc(func, dense_inputs(x, w, cfg), (m, n), dtype="int32")
     np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
 
 
@@ -101,9 +101,8 @@ def test_dense_kn_int8_keeps_leading_axes(rows):
     with tvm.target.Target("accel"):
         cfg = dense_int8.dense_int8_config(int(np.prod(rows)), n)
     cfg = dense_int8.DenseInt8Config(topi_accel.knobs.largest_divisor(rows[-1], cfg.m_block), cfg.n_block, cfg.dot)
-    out = run_int8(
-        dense_int8.dense_kn_int8_func(rows, k, n, cfg, "uint8"), dense_inputs(x, w, cfg), (*rows, n), "accel"
-    )
+    func = dense_int8.dense_kn_int8_func(rows, k, n, cfg, "uint8")
+    out = run_primfunc(func, dense_inputs(x, w, cfg), (*rows, n), dtype="int32")
     np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
 
 

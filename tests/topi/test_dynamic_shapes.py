@@ -12,6 +12,7 @@ import tvm
 import topi_accel
 from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand
 from topi_accel.symbolic import REPRESENTATIVE_BATCH, REPRESENTATIVE_ROWS, SYMBOLIC
+from topi_accel.tuning import finish_kernel
 
 # runtime sizes of the symbolic axis: 1, primes, the representative size and around it
 ROWS = [1, 2, 7, 97, REPRESENTATIVE_ROWS, 131]
@@ -21,14 +22,9 @@ TARGETS = [*isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1co
 
 
 def _library(func: tvm.tirx.PrimFunc, target) -> tvm.runtime.Module:
-    """`func` as the build makes it (prefetches, claimed iterations), compiled for `target`."""
+    """`func` as the build makes it (`finish_kernel`), compiled for `target`."""
     target = tvm.target.Target(target)
-    with target:
-        func = topi_accel.insert_prefetches(func) or func
-        knobs = topi_accel.cpu_knobs()
-        if knobs.parallel:
-            func = topi_accel.claim_iterations(func, knobs.cores) or func
-    return tvm.compile(tvm.IRModule({"main": func}), target).jit()
+    return tvm.compile(tvm.IRModule({"main": finish_kernel(func, target)}), target).jit()
 
 
 def _call(lib, inputs, out_shape) -> np.ndarray:
