@@ -41,6 +41,17 @@ def median_ms(fn, repeat: int) -> float:
     return float(np.median(times) * 1e3)
 
 
+def median_of_medians(fn, repeat: int, rounds: int) -> float:
+    """Median of `rounds` `median_ms(fn, repeat)`, in ms: a noisy spell spoils a round, not the time."""
+    return float(np.median([median_ms(fn, repeat) for _ in range(rounds)]))
+
+
+def max_rel_error(out, reference) -> float:
+    """Largest absolute difference of `out` from `reference`, relative to `reference`'s largest
+    magnitude (arrays of the same shape)."""
+    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
+
+
 def vm_runner(executable, arrays):
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(a) for a in arrays]

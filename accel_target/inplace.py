@@ -38,22 +38,13 @@ from strategy.registry import attempt
 STEP = "WriteInPlace"
 
 
-def _blocks(sch: s_tir.Schedule):
-    """Every block of `sch`'s function, parents first."""
-    pending = [sch.get_sblock("root")]
-    while pending:
-        block = pending.pop()
-        yield sch.get(block)
-        pending.extend(sch.get_child_blocks(block))
-
-
 def in_place_input(func: tvm.tirx.PrimFunc, num_inputs: int) -> int | None:
     """Index of an input of `func` (params: inputs, then one output) that its output could
     overwrite: same shape and dtype, read only by the one block that writes the output,
     at the element that block writes, by a block without reduction; None if there is none."""
     out = func.params[num_inputs].name
     sch = s_tir.Schedule(func)
-    blocks = list(_blocks(sch))
+    blocks = [sch.get(b) for b in topi_accel.epilogue.all_blocks(sch)]
     writers = [b for b in blocks if any(w.source.name == out for w in b.writes)]
     if len(writers) != 1 or any(r.source.name == out for b in blocks for r in b.reads):
         return None

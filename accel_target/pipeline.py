@@ -254,8 +254,10 @@ PHASES = (
 )
 
 
-def run_phases(mod: tvm.IRModule, target: tvm.target.Target, first: str, last: str) -> dict[str, tvm.IRModule]:
-    """Run the PHASES from `first` to `last` on `mod` under `target`: each one's result by name."""
+def run_phases(
+    mod: tvm.IRModule, target: tvm.target.Target, first: str = "graph", last: str = "lowering"
+) -> dict[str, tvm.IRModule]:
+    """Run the PHASES from `first` to `last` (by default all) on `mod` under `target`: each one's result by name."""
     names = [p.name for p in PHASES]
     out = {}
     for phase in PHASES[names.index(first) : names.index(last) + 1]:
@@ -270,7 +272,7 @@ def get_pipeline() -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="AccelPipeline")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return run_phases(mod, tvm.target.Target.current(), PHASES[0].name, PHASES[-1].name)[PHASES[-1].name]
+        return run_phases(mod, tvm.target.Target.current())["lowering"]
 
     return _pipeline
 

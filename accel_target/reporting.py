@@ -122,17 +122,21 @@ def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
     return _classify(calls)
 
 
-def is_accel_kernel_name(name: str) -> bool:
-    """Whether a kernel name contains the compute name of a registered implementation (the
-    only sign an executable without attributes gives: see the module's docstring)."""
-    computes = {impl.name.split(".")[0] for op in strategy.covered_ops() for impl in strategy.implementations(op)}
+def accel_computes() -> set[str]:
+    """The compute names of the registered implementations ("conv2d_nhwc_ohwi" of "conv2d_nhwc_ohwi.accel")."""
+    return {impl.name.split(".")[0] for op in strategy.covered_ops() for impl in strategy.implementations(op)}
+
+
+def is_accel_kernel_name(name: str, computes: set[str]) -> bool:
+    """Whether a kernel name contains one of `computes` (`accel_computes()`): the only sign
+    an executable without attributes gives (see the module's docstring)."""
     return any(compute in name for compute in computes)
 
 
 def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of an executable calls, read from its VM bytecode text
     (TVM 0.27's VMExecutable gives no structured access to its instructions)."""
-    calls, in_function = [], False
+    calls, in_function, computes = [], False, accel_computes()
     for line in executable.as_text().splitlines():
         if line.startswith("@"):
             in_function = line.rstrip(":") == f"@{function}"
@@ -142,7 +146,7 @@ def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> K
             name, args = match.groups()
             inputs = [a.strip() for a in args.split(",")][:-1]  # the last argument is the output
             const = bool(inputs) and all(a.startswith("c[") for a in inputs)
-            calls.append((name, const, is_accel_kernel_name(name)))
+            calls.append((name, const, is_accel_kernel_name(name, computes)))
     return _classify(calls)
 
 
@@ -196,91 +200,94 @@ def _skipped(attrs) -> tuple[tuple[str, str], ...]:
 def _decision(mod: tvm.IRModule, values: list) -> tuple[str | None, str, tuple] | None:
     """(implementation, "", skipped) or (None, fallback reason, skipped) from the attributes of
     the kernels the bound `values` call; None if none has them."""
-    found, calls = None, []
+    found, kernels = None, []
+
+    def visit(expr) -> None:
+        call = _kernel_call(mod, expr)
+        if call is not None:
+            kernels.append(call[0])
+
     for value in values:
-        relax.analysis.post_order_visit(value, lambda e: calls.append(e) if _kernel_call(mod, e) else None)
-    for call in calls:
-        attrs = mod[_kernel_call(mod, call)[0]].attrs
-        if attrs is not None and IMPL in attrs:
-            return str(attrs[IMPL]), "", _skipped(attrs)
+        relax.analysis.post_order_visit(value, visit)
+    for gvar in kernels:
+        attrs, impl = mod[gvar].attrs, kernel_impl(mod, gvar)
+        if impl is not None:
+            return impl, "", _skipped(attrs)
         if attrs is not None and FALLBACK in attrs:
             found = (None, str(attrs[FALLBACK]), _skipped(attrs))
     return found
 
 
-def decisions(graph_vars, legalized: tvm.IRModule, function: str = "main") -> dict:
-    """graph variable -> (implementation or None, fallback reason, skipped), read from the kernels of
-    the bindings LegalizeOps put in place of its binding (those up to the binding of that
-    variable, which it keeps), for the ops the dispatcher decided."""
+def segments(graph_vars, legalized: tvm.IRModule, function: str = "main") -> dict:
+    """graph variable -> the bindings LegalizeOps put in place of its binding, in order (those
+    up to the binding of that variable, which it keeps)."""
     wanted, out, pending = set(graph_vars), {}, []
     for binding in _bindings(legalized[function]):
-        pending.append(binding.value)
-        if binding.var in wanted:
-            found = _decision(legalized, pending)
-            if found is not None:
-                out[binding.var] = found
-            pending = []
-    return out
-
-
-def _segments(graph_vars, legalized: tvm.IRModule, function: str = "main") -> dict:
-    """graph variable -> the variables of the bindings LegalizeOps put in place of its binding."""
-    wanted, out, pending = set(graph_vars), {}, []
-    for binding in _bindings(legalized[function]):
-        pending.append(binding.var)
+        pending.append(binding)
         if binding.var in wanted:
             out[binding.var], pending = pending, []
     return out
 
 
-def _original_binding(inner: relax.VarBinding, legalized: list, taken: set) -> relax.Var | None:
-    """The variable of the binding of `legalized` that FuseOps moved into a group as `inner`
-    under a new variable (the group's output): the same kernel called on the same variables
-    where `inner` reads variables of the main function, anything where it reads the group's
-    parameters."""
-    found = _kernel_call_parts(inner.value)
+def decisions(segmented: dict, legalized: tvm.IRModule) -> dict:
+    """graph variable -> (implementation or None, fallback reason, skipped), read from the kernels
+    of its bindings in `segmented` (`segments`), for the ops the dispatcher decided."""
+    out = {}
+    for var, bindings in segmented.items():
+        found = _decision(legalized, [b.value for b in bindings])
+        if found is not None:
+            out[var] = found
+    return out
+
+
+def _original_binding(inner: relax.VarBinding, legalized: tvm.IRModule, by_callee: dict, known: set, taken):
+    """The variable of the legalized binding that FuseOps moved into a group as `inner` under
+    a new variable (the group's output): the same kernel called on the same variables where
+    `inner` reads variables of the main function (`known`), anything where it reads the
+    group's parameters; not one already in `taken`. by_callee: kernel -> (variable, inputs)
+    of the legalized bindings that call it, in binding order."""
+    found = _kernel_call(legalized, inner.value)
     if found is None:
         return None
     callee, args = found
-    known = {b.var for b in legalized}
-    for binding in legalized:
-        parts = _kernel_call_parts(binding.value)
-        if binding.var in taken or parts is None or not parts[0].same_as(callee) or len(parts[1]) != len(args):
+    for var, inputs in by_callee.get(callee, ()):
+        if var in taken or len(inputs) != len(args):
             continue
-        if all(a.same_as(b) for a, b in zip(args, parts[1]) if isinstance(a, relax.Var) and a in known):
-            return binding.var
+        if all(a.same_as(b) for a, b in zip(args, inputs) if isinstance(a, relax.Var) and a in known):
+            return var
     return None
 
 
-def _kernel_call_parts(expr):
-    if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") in _KERNEL_CALLS:
-        return expr.args[0], list(expr.args[1].fields)
-    return None
-
-
-def fused_into(graph_vars, legalized: tvm.IRModule, groups, function: str = "main") -> dict:
+def fused_into(segmented: dict, legalized: tvm.IRModule, groups, function: str = "main") -> dict:
     """graph variable -> implementation of the accel kernel that FuseOps grouped its op with.
 
-    groups: the functions FuseOps made (one per group, before FuseTIR merged each into one
-    kernel); a group with a kernel carrying IMPL becomes that accel kernel. Their bindings
-    keep the variables of the legalized module, but for the group's output.
+    segmented: `segments` of the legalized module. groups: the functions FuseOps made (one
+    per group, before FuseTIR merged each into one kernel); a group with a kernel carrying
+    IMPL becomes that accel kernel. Their bindings keep the variables of the legalized
+    module, but for the group's output.
     """
     legalized_bindings = _bindings(legalized[function])
     known = {b.var for b in legalized_bindings}
+    by_callee: dict = {}
+    for binding in legalized_bindings:
+        found = _kernel_call(legalized, binding.value)
+        if found is not None:
+            by_callee.setdefault(found[0], []).append((binding.var, found[1]))
     member: dict = {}
     for group in groups:
         inner = _bindings(group)
-        impls = [kernel_impl(legalized, p[0]) for b in inner if (p := _kernel_call_parts(b.value)) is not None]
+        impls = [kernel_impl(legalized, k[0]) for b in inner if (k := _kernel_call(legalized, b.value)) is not None]
         impl = next((i for i in impls if i is not None), None)
         if impl is None:
             continue
         for binding in inner:
-            var = binding.var if binding.var in known else _original_binding(binding, legalized_bindings, set(member))
-            if var is not None:
+            if binding.var in known:
+                member[binding.var] = impl
+            elif (var := _original_binding(binding, legalized, by_callee, known, member)) is not None:
                 member[var] = impl
     out = {}
-    for var, parts in _segments(graph_vars, legalized, function).items():
-        impl = next((member[v] for v in parts if v in member), None)
+    for var, bindings in segmented.items():
+        impl = next((member[b.var] for b in bindings if b.var in member), None)
         if impl is not None:
             out[var] = impl
     return out
@@ -303,9 +310,9 @@ class Report:
         `legalized` (after LegalizeOps), and the accel kernel it was fused into by the
         fusion `groups` (see `fused_into`)."""
         ops = op_bindings(graph)
-        graph_vars = [var for var, *_ in ops]
-        decided = decisions(graph_vars, legalized)
-        hosts = fused_into(graph_vars, legalized, groups)
+        segmented = segments([var for var, *_ in ops], legalized)
+        decided = decisions(segmented, legalized)
+        hosts = fused_into(segmented, legalized, groups)
         rows = []
         for var, op, inputs, layouts in ops:
             if var in decided:
@@ -321,8 +328,10 @@ class Report:
     @staticmethod
     def of_kernels(kernels: KernelCounts) -> Report:
         """A report of an executable known only by the kernels it calls: one row per call."""
+        computes = accel_computes()
         rows = tuple(
-            OpRow("kernel", (), "", ACCEL if is_accel_kernel_name(name) else TVM, name) for name in kernels.calls
+            OpRow("kernel", (), "", ACCEL if is_accel_kernel_name(name, computes) else TVM, name)
+            for name in kernels.calls
         )
         return Report(rows, kernels)
 

@@ -37,11 +37,10 @@ def child(case: str, mode: str, repeat: int) -> dict:
     """Build `case` static or dynamic, check it against PyTorch, time it (this process)."""
     import time
 
-    import numpy as np
     import torch
 
     import accel_target
-    from accel_target.benchmark import median_ms, vm_runner
+    from accel_target.benchmark import max_rel_error, median_of_medians, vm_runner
     from accel_target.torch_ops import import_program
 
     sys.path.insert(0, os.path.dirname(__file__))
@@ -62,11 +61,11 @@ def child(case: str, mode: str, repeat: int) -> dict:
     run = vm_runner(executable, [x.numpy()])
     with torch.no_grad():
         reference = model(x).numpy()
-    error = float(np.abs(run().numpy() - reference).max() / np.abs(reference).max())
+    error = max_rel_error(run().numpy(), reference)
     if error > 1e-4:
         raise SystemExit(f"{case} {mode}: output differs from PyTorch's by {error:.1e}")
-    times = [median_ms(run, repeat) for _ in range(3)]
-    return {"case": case, "mode": mode, "ms": float(np.median(times)), "compile s": compile_s, "max rel error": error}
+    ms = median_of_medians(run, repeat, 3)
+    return {"case": case, "mode": mode, "ms": ms, "compile s": compile_s, "max rel error": error}
 
 
 def measure(case: str, mode: str, repeat: int) -> dict:

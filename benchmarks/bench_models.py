@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import tvm  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import isa, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
+from accel_target.benchmark import isa, max_rel_error, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import MODELS, make  # noqa: E402
@@ -51,7 +51,7 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
     row["accel compile s"] = time.perf_counter() - started
     run_accel = vm_runner(executable, [x.numpy()])
     out = run_accel().numpy()
-    row["max rel error"] = float(np.abs(out - reference).max() / np.abs(reference).max())
+    row["max rel error"] = max_rel_error(out, reference)
     if row["max rel error"] > 1e-4:
         raise SystemExit(f"{name}: accel's output differs from PyTorch's by {row['max rel error']:.1e}")
 

@@ -29,45 +29,31 @@ ROUNDS = 5  # a contender's time: median of ROUNDS medians of --repeat runs
 TOLERANCE = 1e-4
 
 
-def _max_rel_error(out, reference) -> float:
-    import numpy as np
-
-    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
-
-
-def _timed(run, repeat: int, rounds: int = ROUNDS) -> float:
-    import numpy as np
-
-    from accel_target.benchmark import median_ms
-
-    return float(np.median([median_ms(run, repeat) for _ in range(rounds)]))
-
-
 def _tvm_row(mod, reference, arrays, repeat: int, stock: bool) -> dict:
     """Build with accel (or stock TVM), check against PyTorch, time."""
     import tvm
 
     import accel_target
-    from accel_target.benchmark import vm_runner
+    from accel_target.benchmark import max_rel_error, median_ms, median_of_medians, vm_runner
 
     started = time.perf_counter()
     executable = tvm.compile(mod, target="llvm") if stock else accel_target.build(mod)
     row = {"compile s": time.perf_counter() - started}
     run = vm_runner(executable, arrays)
-    row["error"] = _max_rel_error(run().numpy(), reference)
+    row["error"] = max_rel_error(run().numpy(), reference)
     if not stock:
         report = accel_target.report(executable)
         row["transforms"] = report.kernels.activation_transforms
         row["declines"] = len(report.declines)
     # stock TVM takes up to seconds a run: fewer runs, one round
-    row["ms"] = _timed(run, max(2, repeat // 10), 1) if stock else _timed(run, repeat)
+    row["ms"] = median_ms(run, max(2, repeat // 10)) if stock else median_of_medians(run, repeat, ROUNDS)
     return row
 
 
 def _onnxruntime_row(model, inputs, reference, threads: int, repeat: int) -> dict:
     import torch
 
-    from accel_target.benchmark import onnxruntime_runner
+    from accel_target.benchmark import max_rel_error, median_of_medians, onnxruntime_runner
 
     with tempfile.TemporaryDirectory(prefix="accel_zoo_") as tmp:
         path = os.path.join(tmp, "model.onnx")
@@ -77,8 +63,8 @@ def _onnxruntime_row(model, inputs, reference, threads: int, repeat: int) -> dic
         except Exception as err:  # noqa: BLE001  (the exporter raises many types)
             return {"failed": f"torch.onnx.export: {str(err).strip().splitlines()[0][:120]}"}
         run = onnxruntime_runner(path, [x.numpy() for x in inputs], threads)
-        row = {"error": _max_rel_error(run()[0], reference)}
-        row["ms"] = _timed(run, repeat)
+        row = {"error": max_rel_error(run()[0], reference)}
+        row["ms"] = median_of_medians(run, repeat, ROUNDS)
     return row
 
 
@@ -87,6 +73,7 @@ def contender_row(name: str, contender: str, threads: int, repeat: int) -> dict:
     import torch
 
     import accel_target
+    from accel_target.benchmark import median_of_medians
     from tests.models.hf_zoo import ZOO
 
     torch.set_num_threads(threads)
@@ -99,7 +86,7 @@ def contender_row(name: str, contender: str, threads: int, repeat: int) -> dict:
             with torch.inference_mode():
                 model(*inputs)
 
-        return {"ms": _timed(run, repeat)}
+        return {"ms": median_of_medians(run, repeat, ROUNDS)}
     if contender == "ONNX Runtime":
         return _onnxruntime_row(model, inputs, reference, threads, repeat)
     mod = accel_target.from_torch(model, inputs)

@@ -19,8 +19,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = ("models.md", "kernels.md")
 ISAS = {"avx512": "AVX-512", "avx2": "AVX2", "sse": "SSE (no AVX)"}
-SECTION = re.compile(r"(<!-- results:[^\n]*-->\n).*?(<!-- /results -->)", re.DOTALL)
-ZOO_SECTION = re.compile(r"(<!-- zoo:[^\n]*-->\n).*?(<!-- /zoo -->)", re.DOTALL)
+# README sections that this script fills: marker -> the files of benchmarks/results/<isa> they show
+SECTIONS = {"results": RESULTS, "zoo": ("zoo.md",)}
+
+
+def _section(marker: str) -> re.Pattern:
+    """The README section between '<!-- marker: ... -->' and '<!-- /marker -->' (both kept as groups)."""
+    return re.compile(rf"(<!-- {marker}:[^\n]*-->\n).*?(<!-- /{marker} -->)", re.DOTALL)
 
 
 def _tables(names: tuple[str, ...]) -> str:
@@ -45,7 +50,8 @@ def write_readme() -> None:
     readme = os.path.join(HERE, "README.md")
     with open(readme, encoding="utf-8") as f:
         text = f.read()
-    for section, names, marker in ((SECTION, RESULTS, "results"), (ZOO_SECTION, ("zoo.md",), "zoo")):
+    for marker, names in SECTIONS.items():
+        section = _section(marker)
         if not section.search(text):
             raise SystemExit(f"{readme}: no '<!-- {marker}: ... -->' ... '<!-- /{marker} -->' section to fill")
         body = _tables(names)

@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 from tvm.ir import Op
 
-from topi_accel.epilogue import IMPL, mark_kernel
+from topi_accel.epilogue import mark_kernel
 
 from .registry import Decision, StrictModeError, decline, implementations, is_strict, is_suspended, reason_of, record
 
@@ -81,10 +81,6 @@ def _tag_funcs(bb: relax.BlockBuilder, expr: relax.Expr, attrs: dict) -> None:
     func = bb.get()[gvar]
     if isinstance(func, tvm.tirx.PrimFunc):
         bb.update_func(gvar, func.with_attrs(attrs))
-
-
-def _skipped_attr(skipped) -> list[list[str]]:
-    return [[name, why] for name, why in skipped]
 
 
 def _where(call: relax.Call, inputs) -> str:
@@ -153,7 +149,7 @@ def dispatch(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         )
     result = _fallback(bb, call, failures)
     record(Decision(call.op.name, None, reason, inputs, tuple(skipped)))
-    _tag_funcs(bb, result, {FALLBACK: reason, SKIPPED: _skipped_attr(skipped)})
+    _tag_funcs(bb, result, {FALLBACK: reason, SKIPPED: list(skipped)})
     return result
 
 
@@ -179,9 +175,7 @@ def kernel_call(bb: relax.BlockBuilder, func: tvm.tirx.PrimFunc, name: str, impl
     current = _CURRENT.get()
     skipped = [] if current is None else current[0]
     num_outputs = len(out_type) if isinstance(out_type, (list, tuple)) else 1
-    func = mark_kernel(func, impl, num_outputs).with_attrs(
-        {IMPL: impl, SKIPPED: _skipped_attr(skipped), "op_pattern": OUT_ELEMWISE_FUSABLE}
-    )
+    func = mark_kernel(func, impl, num_outputs).with_attrs({SKIPPED: list(skipped), "op_pattern": OUT_ELEMWISE_FUSABLE})
     if func.attrs is not None and "global_symbol" in func.attrs:  # private, so DCE drops it once fused
         func = func.without_attr("global_symbol")
     gvar = bb.add_func(func, name)

@@ -26,8 +26,9 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 IMPL = "accel.impl"
 
 
-def _all_blocks(sch: s_tir.Schedule) -> list:
-    """Every block of `sch`'s function but the root, parents first."""
+def all_blocks(sch: s_tir.Schedule) -> list:
+    """Every block of `sch`'s function but the root (which reads and writes nothing), parents
+    first. Raises ScheduleError for a function without blocks (lowered already)."""
     found, pending = [], list(sch.get_child_blocks(sch.get_sblock("root")))
     while pending:
         block = pending.pop(0)
@@ -45,7 +46,7 @@ def mark_kernel(func: tirx.PrimFunc, impl: str, num_outputs: int = 1) -> tirx.Pr
     """
     sch = s_tir.Schedule(func)
     outputs = list(func.params[len(func.params) - num_outputs :])
-    writers = [b for b in _all_blocks(sch) if any(w.source.same_as(p) for w in sch.get(b).writes for p in outputs)]
+    writers = [b for b in all_blocks(sch) if any(w.source.same_as(p) for w in sch.get(b).writes for p in outputs)]
     if not writers:
         raise ValueError(
             f"{impl}: no block of the kernel writes its output; kernel_call takes a scheduled TE/TIR function"
@@ -58,7 +59,7 @@ def mark_kernel(func: tirx.PrimFunc, impl: str, num_outputs: int = 1) -> tirx.Pr
 def output_blocks(sch: s_tir.Schedule) -> list:
     """The blocks of `sch`'s function that write an accel kernel's output (marked by `mark_kernel`)."""
     try:
-        blocks = _all_blocks(sch)
+        blocks = all_blocks(sch)
     except ScheduleError:  # no root block: lowered already
         return []
     return [b for b in blocks if IMPL in sch.get(b).annotations]
@@ -131,11 +132,12 @@ def _inline_intermediates(sch: s_tir.Schedule, outputs: list) -> None:
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none."""
     sch = s_tir.Schedule(func)
-    if not output_blocks(sch):
+    outputs = output_blocks(sch)
+    if not outputs:
         return None
-    _inline_intermediates(sch, output_blocks(sch))
+    _inline_intermediates(sch, outputs)  # leaves the kernel's stages, the outputs among them, as they were
     inlined = 0
-    for block in output_blocks(sch):
+    for block in outputs:
         while len(consumers := sch.get_consumers(block)) == 1 and reads_elementwise(sch, consumers[0], block):
             try:
                 sch.reverse_compute_inline(consumers[0])

@@ -26,6 +26,7 @@ from tvm import s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 from . import workshare
+from .epilogue import all_blocks
 from .knobs import ceil_div
 
 PREFETCH = "accel_prefetch"
@@ -144,15 +145,10 @@ def asks_for_prefetches(func: tirx.PrimFunc) -> bool:
     function without blocks, lowered already: `insert_prefetches` looks at its loops)."""
     sch = s_tir.Schedule(func)
     try:
-        pending = [sch.get_sblock("root")]
+        blocks = all_blocks(sch)
     except ScheduleError:
         return True
-    while pending:
-        block = pending.pop()
-        if any(PREFETCH in sch.get(loop).annotations for loop in sch.get_loops(block)):
-            return True
-        pending.extend(sch.get_child_blocks(block))
-    return False
+    return any(PREFETCH in sch.get(loop).annotations for block in blocks for loop in sch.get_loops(block))
 
 
 def insert_prefetches(func: tirx.PrimFunc, fetch=prefetch) -> tirx.PrimFunc | None:

@@ -44,13 +44,6 @@ class Output(nn.Module):
         return getattr(self.model(x, **self.kwargs), self.field)
 
 
-class Logits(Output):
-    """A transformers image model returning its logits tensor."""
-
-    def forward(self, pixel_values):
-        return self.model(pixel_values=pixel_values).logits
-
-
 def _image(size: int = SIZE) -> torch.Tensor:
     return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
 
@@ -91,8 +84,8 @@ def _build(config_name: str, model_name: str, perturb: bool = True, **config) ->
 
 
 def _classifier(config_name: str, model_name: str, size: int = SIZE, **config):
-    """(Logits(model_name(config_name(**config))), (image,)): random weights, seed 0."""
-    return Logits(_build(config_name, model_name, num_labels=10, **config)).eval(), (_image(size),)
+    """(Output(model_name(config_name(**config))), (image,)): random weights, seed 0."""
+    return Output(_build(config_name, model_name, num_labels=10, **config)).eval(), (_image(size),)
 
 
 def efficientnet():
@@ -127,7 +120,7 @@ def deeplabv3():
     """MobileNetV2 (inverted residuals, depthwise convs, ReLU6) with the DeepLabV3 head
     (dilated last stage, atrous spatial pyramid pooling): [1, 5, 8, 8] logits."""
     model = _build("MobileNetV2Config", "MobileNetV2ForSemanticSegmentation", depth_multiplier=0.35, num_labels=5)
-    return Logits(model).eval(), (_image(),)
+    return Output(model).eval(), (_image(),)
 
 
 def segformer():

@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 import accel_target
+from accel_target.reporting import TRANSFORM_KERNELS
 from tests.helpers import assert_close, run_executable
 from tests.models.hf_zoo import AUDIO, DECODERS, OURS, ZOO
 from tests.models.test_models import _check_report
@@ -51,7 +52,7 @@ def _check_kernels(executable):
 
 
 def _transposes(report) -> list[str]:
-    return [k for k in report.kernels.calls if "transpose" in k or "layout_transform" in k]
+    return [k for k in report.kernels.calls if any(t in k for t in TRANSFORM_KERNELS)]
 
 
 @pytest.mark.parametrize("name", NAMES)
