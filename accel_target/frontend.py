@@ -9,7 +9,6 @@ import warnings
 import tvm
 from tvm import relax
 
-from .onnx_quant import accel_converters, fold_pad_inputs
 from .torch_ops import import_program
 from .torch_quant import CONVERTERS as QUANTIZED_TORCH_OPS
 
@@ -110,6 +109,8 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
     pipeline rewrites them to integer kernels (accel_target/quantize.py)."""
     import onnx
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
+
+    from .onnx_quant import accel_converters, fold_pad_inputs  # imports TVM's ONNX frontend: onnx needed
 
     model = path_or_model
     if isinstance(path_or_model, (str, os.PathLike)):

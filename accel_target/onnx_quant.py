@@ -138,11 +138,11 @@ def _dequantize(x, scale, zero_point, axis: int) -> relax.Expr:
     return relax.op.dequantize(x, scale, zero_point, axis=axis)
 
 
-def _quantize(bb, y, scale, zero_point) -> relax.Expr:
+def _quantize(bb, y, scale, zero_point, axis: int = 1) -> relax.Expr:
     dtype = "uint8" if zero_point is None else str(zero_point.ty.dtype)
     if zero_point is None:
         zero_point = relax.const(0, dtype)
-    return relax.op.quantize(bb.normalize(y), scale, zero_point, axis=1, out_dtype=dtype)
+    return relax.op.quantize(bb.normalize(y), scale, zero_point, axis=axis, out_dtype=dtype)
 
 
 class QLinearConv(stock.OnnxOpConverter):
@@ -171,10 +171,7 @@ class QLinearMatMul(stock.OnnxOpConverter):
         a = bb.normalize(_dequantize(inputs[0], inputs[1], _input(inputs, 2), 1))
         b = bb.normalize(_dequantize(inputs[3], inputs[4], _input(inputs, 5), inputs[3].ty.ndim - 1))
         y = bb.normalize(relax.op.matmul(a, b))
-        zero_point = _input(inputs, 7)
-        dtype = "uint8" if zero_point is None else str(zero_point.ty.dtype)
-        zero_point = relax.const(0, dtype) if zero_point is None else zero_point
-        return relax.op.quantize(y, inputs[6], zero_point, axis=y.ty.ndim - 1, out_dtype=dtype)
+        return _quantize(bb, y, inputs[6], _input(inputs, 7), axis=y.ty.ndim - 1)
 
 
 CONVERTERS = {"Pad": Pad, "Clip": Clip, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul}

@@ -32,6 +32,9 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy.layout import constant_array, static_shape
 
+from .reporting import calls_of
+from .transforms import NUMPY_OPS, numpy_call
+
 QUANTIZE = "relax.quantize"
 DEQUANTIZE = "relax.dequantize"
 CONV2D = "relax.nn.conv2d"
@@ -106,18 +109,6 @@ def _integer_limits(dtype: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Clamp:
-    """Bounds of a chain of ReLU / clip / maximum / minimum (float values)."""
-
-    lo: float = -np.inf
-    hi: float = np.inf
-
-    def then(self, lo: float, hi: float) -> Clamp:
-        """This clamp followed by clamping to [lo, hi]."""
-        return Clamp(float(np.clip(self.lo, lo, hi)), float(np.clip(self.hi, lo, hi)))
-
-
-@dataclass(frozen=True)
 class IntegerKernel:
     """A conv2d / matmul whose operands are a dequantized activation and a constant quantized weight.
 
@@ -145,9 +136,13 @@ class _QDQRewriter(PyExprMutator):
         super().__init__(mod)
         self.bound: dict[relax.Var, relax.Expr] = {}
         self.uses: dict[relax.Var, int] = {}
+        # original conv2d / matmul -> its IntegerKernel or None (a call is matched when visited
+        # and again by the quantize after it)
+        self.kernels: dict[relax.Call, IntegerKernel | None] = {}
 
     def visit_function_(self, func: relax.Function) -> relax.Expr:
-        self.bound, self.uses = _bindings_and_uses(func)
+        self.bound, self.uses = dict(relax.analysis.get_var2val(func)), _uses(func)
+        self.kernels = {}
         return super().visit_function_(func)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -173,18 +168,19 @@ class _QDQRewriter(PyExprMutator):
         return value
 
     def _evaluate(self, expr: relax.Expr) -> np.ndarray | None:
-        """The value of an expression of constants only (dequantize, reshape, permute, astype,
-        arithmetic), in numpy; None if it depends on anything else."""
+        """The value of an expression of constants only (dequantize, and the ops of
+        transforms.NUMPY_OPS: reshape, permute, astype, arithmetic...), in numpy; None if it
+        depends on anything else."""
         expr = self._value(expr)
         if isinstance(expr, tvm.ir.expr.Constant):
             return constant_array(expr)
         name = _op_name(expr)
-        if name not in _NUMPY:
+        if name != DEQUANTIZE and name not in NUMPY_OPS:
             return None
         tensors = [self._evaluate(a) for a in expr.args if isinstance(getattr(a, "ty", None), relax.TensorType)]
         if any(t is None for t in tensors):
             return None
-        return _NUMPY[name](expr, *tensors)
+        return _dequantize_numpy(expr, *tensors) if name == DEQUANTIZE else numpy_call(name, expr, tensors)
 
     def _qparams(self, call: relax.Call) -> QParams | None:
         scale, zero_point = self._evaluate(call.args[1]), self._evaluate(call.args[2])
@@ -232,6 +228,11 @@ class _QDQRewriter(PyExprMutator):
 
     def _integer_kernel(self, call: relax.Call) -> IntegerKernel | None:
         """`call` (conv2d or matmul) as an IntegerKernel, or None if it does not fit the contract."""
+        if call not in self.kernels:
+            self.kernels[call] = self._match_kernel(call)
+        return self.kernels[call]
+
+    def _match_kernel(self, call: relax.Call) -> IntegerKernel | None:
         data = self._dequantized(call.args[0])
         out_shape = static_shape(call)
         if data is None or out_shape is None or static_shape(call.args[0]) is None:
@@ -328,39 +329,41 @@ class _QDQRewriter(PyExprMutator):
     def _requantized(self, expr: relax.Expr, y: QParams) -> relax.Expr | None:
         """quantize(kernel [+ bias] [-> clamps]) as the integer kernel and its requantize, when every
         value between the kernel and the quantize is used once."""
-        clamps, biases = [], []
+        clamps, bias = [], None
         while self._single_use(expr):
             value = self.bound[expr]
             bounds = self._clamp_bounds(value)
-            if bounds is not None and not biases:
+            if bounds is not None and bias is None:
                 clamps.append(bounds)
-            elif _op_name(value) == ADD and not biases and self._evaluate(value.args[1]) is not None:
-                biases.append(value.args[1])
+            elif _op_name(value) == ADD and bias is None:
+                bias = self._evaluate(value.args[1])
+                if bias is None:
+                    return None
             elif _op_name(value) in (CONV2D, MATMUL):
-                return self._requantize(value, biases, clamps, y)
+                return self._requantize(value, bias, clamps, y)
             else:
                 return None
             expr = value.args[0]
         return None
 
-    def _requantize(self, call: relax.Call, biases: list, clamps: list, y: QParams) -> relax.Expr | None:
+    def _requantize(self, call: relax.Call, bias: np.ndarray | None, clamps: list, y: QParams) -> relax.Expr | None:
+        """The integer kernel of `call` requantized to `y`: its float `bias` (None: none) added,
+        clamped by `clamps` ((lo, hi) of each ReLU / clip, outermost first)."""
         kernel = self._integer_kernel(call)
         if kernel is None:
             return None
-        bias = np.zeros(len(kernel.w_scale))
-        if biases:
-            bias = self._per_channel(self._evaluate(biases[0]), kernel)
-            if bias is None:
-                return None
-        clamp = Clamp()
-        for lo, hi in reversed(clamps):  # innermost first
-            clamp = clamp.then(lo, hi)
+        bias = np.zeros(len(kernel.w_scale)) if bias is None else self._per_channel(bias, kernel)
+        if bias is None:
+            return None
+        lo, hi = -np.inf, np.inf
+        for c_lo, c_hi in reversed(clamps):  # innermost first
+            lo, hi = float(np.clip(lo, c_lo, c_hi)), float(np.clip(hi, c_lo, c_hi))
         scale, zero_point = y.s, y.zp
         q_lo, q_hi = _integer_limits(y.dtype)
-        if clamp.lo > -np.inf:
-            q_lo = max(q_lo, int(np.round(clamp.lo / scale)) + zero_point)
-        if clamp.hi < np.inf:
-            q_hi = min(q_hi, int(np.round(clamp.hi / scale)) + zero_point)
+        if lo > -np.inf:
+            q_lo = max(q_lo, int(np.round(lo / scale)) + zero_point)
+        if hi < np.inf:
+            q_hi = min(q_hi, int(np.round(hi / scale)) + zero_point)
         value = self.builder_.emit(self._dequantized_result(kernel, bias, scale))
         rounded = self.builder_.emit(relax.op.round(value))
         shifted = rounded
@@ -463,25 +466,9 @@ def _dequantize_numpy(call, data, scale, zero_point):
     return (centred * params.along(params.scale, data.ndim).astype(np.float64)).astype(str(call.attrs.out_dtype))
 
 
-def _arith(fn):
-    return lambda call, a, b: fn(a, b).astype(str(call.ty.dtype))
-
-
-# numpy of the ops `_evaluate` folds: fn(call, *tensor arguments)
-_NUMPY = {
-    DEQUANTIZE: _dequantize_numpy,
-    "relax.reshape": lambda call, a: a.reshape(static_shape(call)),
-    "relax.permute_dims": lambda call, a: np.transpose(a, None if call.attrs.axes is None else list(call.attrs.axes)),
-    "relax.astype": lambda call, a: a.astype(str(call.attrs.dtype)),
-    "relax.add": _arith(np.add),
-    "relax.subtract": _arith(np.subtract),
-    "relax.multiply": _arith(np.multiply),
-}
-
-
-def _bindings_and_uses(func: relax.Function) -> tuple[dict, dict]:
-    """var -> bound value of every binding in `func`; var -> number of its uses."""
-    bound, uses = {}, {}
+def _uses(func: relax.Function) -> dict[relax.Var, int]:
+    """var -> number of its uses in `func`."""
+    uses = {}
 
     def count(expr):
         if isinstance(expr, relax.Var):
@@ -489,25 +476,18 @@ def _bindings_and_uses(func: relax.Function) -> tuple[dict, dict]:
 
     for block in func.body.blocks:
         for binding in block.bindings:
-            if isinstance(binding, relax.VarBinding):
-                bound[binding.var] = binding.value
             relax.analysis.post_order_visit(binding.value, count)
     relax.analysis.post_order_visit(func.body.body, count)
-    return bound, uses
+    return uses
 
 
 def has_qdq(mod: tvm.IRModule) -> bool:
     """Whether any Relax function of `mod` calls quantize or dequantize."""
-    found = []
-
-    def visit(expr):
-        if _op_name(expr) in (QUANTIZE, DEQUANTIZE):
-            found.append(expr)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+    return any(
+        calls_of(mod, (QUANTIZE, DEQUANTIZE), gvar.name_hint)
+        for gvar, func in mod.functions_items()
+        if isinstance(func, relax.Function)
+    )
 
 
 @tvm.transform.module_pass(opt_level=0, name="QuantizeQDQ")

@@ -54,22 +54,23 @@ def quantize_per_tensor(node, importer) -> relax.Expr:
     return _clipped(bb, q, int(low), int(high), dtype)
 
 
-def dequantize_per_tensor(node, importer) -> relax.Expr:
-    """dequantize_per_tensor(x, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None)."""
+def _dequantize(node, importer, axis: int) -> relax.Expr:
+    """dequantize of node.args[:3] (tensor, scale, zero point) along `axis`."""
     x, scale, zero_point = node.args[:3]
     data = importer.env[x]
     dtype = str(data.ty.dtype)
     scale, zero_point = _param(importer, scale, "float32"), _param(importer, zero_point, dtype)
-    return importer.block_builder.emit(relax.op.dequantize(data, scale, zero_point, axis=0))
+    return importer.block_builder.emit(relax.op.dequantize(data, scale, zero_point, axis=axis))
+
+
+def dequantize_per_tensor(node, importer) -> relax.Expr:
+    """dequantize_per_tensor(x, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None)."""
+    return _dequantize(node, importer, 0)
 
 
 def dequantize_per_channel(node, importer) -> relax.Expr:
     """dequantize_per_channel(w, scales, zero_points, axis, quant_min, quant_max, dtype, *, out_dtype=None)."""
-    w, scales, zero_points, axis = node.args[:4]
-    data = importer.env[w]
-    dtype = str(data.ty.dtype)
-    scale, zero_point = _param(importer, scales, "float32"), _param(importer, zero_points, dtype)
-    return importer.block_builder.emit(relax.op.dequantize(data, scale, zero_point, axis=int(axis)))
+    return _dequantize(node, importer, int(node.args[3]))
 
 
 CONVERTERS = {

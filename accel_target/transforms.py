@@ -541,8 +541,22 @@ _SHAPE_OPS = {
     "relax.squeeze": lambda a, call: np.squeeze(
         a, None if call.attrs.axis is None else tuple(int(x) for x in call.attrs.axis)
     ),
-    "relax.astype": lambda a, call: a,  # the cast to the call's dtype below does it
+    "relax.astype": lambda a, call: a,  # the cast to the call's dtype in numpy_call does it
 }
+# the ops numpy_call computes
+NUMPY_OPS = _BINARY.keys() | _UNARY.keys() | _SHAPE_OPS.keys()
+
+
+def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray]) -> np.ndarray:
+    """The value of `call` (op `name`, one of NUMPY_OPS) on `arrays`, the values of its tensor
+    operands, computed in numpy and cast to the call's dtype."""
+    if name in _BINARY:
+        result = _BINARY[name](*arrays)
+    elif name in _UNARY:
+        result = _UNARY[name](arrays[0])
+    else:
+        result = _SHAPE_OPS[name](arrays[0], call)
+    return np.asarray(result, dtype=str(call.ty.dtype))
 
 
 @mutator
@@ -550,7 +564,7 @@ class _NumpyFolder(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
-        if name not in _BINARY and name not in _UNARY and name not in _SHAPE_OPS:
+        if name not in NUMPY_OPS:
             return call
         if not isinstance(call.ty, relax.TensorType) or static_shape(call) is None:
             return call
@@ -558,13 +572,7 @@ class _NumpyFolder(PyExprMutator):
         if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
             return call
         arrays = [constant_array(a) for a in operands]
-        if name in _BINARY:
-            result = _BINARY[name](*arrays)
-        elif name in _UNARY:
-            result = _UNARY[name](arrays[0])
-        else:
-            result = _SHAPE_OPS[name](arrays[0], call)
-        return relax.const(np.ascontiguousarray(result, dtype=str(call.ty.dtype)))
+        return relax.const(np.ascontiguousarray(numpy_call(name, call, arrays)))
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")

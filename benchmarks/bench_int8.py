@@ -28,45 +28,27 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository: tests.models.quantized_onnx
 CONTENDERS = ("accel int8", "ONNX Runtime int8", "accel fp32")
 REPEAT = 30
 
 
-def _quantize(name: str, folder: str) -> tuple[str, str]:
-    """(float ONNX path, QDQ path) of benchmark model `name`, and its input saved as x.npy."""
+def _quantize(name: str, folder: str) -> str:
+    """The QDQ path (folder/qdq.onnx, beside float.onnx) of benchmark model `name`, and its input
+    saved as x.npy."""
+    import pathlib
+
     import numpy as np
-    import torch
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from tests.models.quantized_onnx import quantized_onnx
 
     sys.path.insert(0, HERE)
     from models import make
 
     model, x = make(name)
     np.save(os.path.join(folder, "x.npy"), x.numpy())
-    float_path, qdq_path = os.path.join(folder, "float.onnx"), os.path.join(folder, "qdq.onnx")
-    torch.onnx.export(model, (x,), float_path, dynamo=False, input_names=["x"])
-
-    class RandomData(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(1)
-            self.batches = iter([{"x": rng.standard_normal(tuple(x.shape)).astype("float32")} for _ in range(4)])
-
-        def get_next(self):
-            return next(self.batches, None)
-
     ops = {"op_types_to_quantize": ["MatMul", "Gemm"]} if name.startswith("bert") else {}
-    quantize_static(
-        float_path,
-        qdq_path,
-        RandomData(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        reduce_range=True,
-        weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
-        **ops,
-    )
-    return float_path, qdq_path
+    return quantized_onnx(model, tuple(x.shape), pathlib.Path(folder), count=4, **ops)
 
 
 def _runner(contender: str, name: str, folder: str, threads: int):
@@ -124,17 +106,15 @@ def _in_fresh_process(contender: str, name: str, folder: str, threads: int) -> d
 def _agreement(folder: str, qdq_path: str) -> float | None:
     """Share of accel int8's outputs within one output quantization step of ONNX Runtime's."""
     import numpy as np
-    import onnx
-    from onnx import numpy_helper
+
+    from tests.models.quantized_onnx import output_scale
 
     files = [os.path.join(folder, f"{c.replace(' ', '_')}.npy") for c in ("accel int8", "ONNX Runtime int8")]
     if not all(os.path.isfile(f) for f in files):
         return None
-    model = onnx.load(qdq_path)
-    last = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
-    if last.op_type != "DequantizeLinear":  # a float output (BERT's layer norm): no step to count in
+    step = output_scale(qdq_path)
+    if step is None:  # a float output (BERT's layer norm): no step to count in
         return None
-    step = float(numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == last.input[1])))
     accel, ort = (np.load(f) for f in files)
     return float((np.abs(accel - ort) <= step * 1.001).mean())
 
@@ -179,7 +159,7 @@ def main() -> None:
     for name in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="accel_int8_") as folder:
             print(f"[bench_int8] {name}: export and quantize", file=sys.stderr, flush=True)
-            _, qdq_path = _quantize(name, folder)
+            qdq_path = _quantize(name, folder)
             row = {"model": name}
             for contender in CONTENDERS:
                 print(f"[bench_int8] {name}: {contender}", file=sys.stderr, flush=True)

@@ -70,10 +70,10 @@ def _inputs(kind: str, shape, dtype: str):
 
 def _accel(kind: str, shape, dtype: str):
     """A callable running the op once through an accel build."""
-    import tvm
     from tvm import relax
 
     import accel_target
+    from accel_target.benchmark import vm_runner
 
     x, w = _inputs(kind, shape, dtype)
     out_dtype = "int32" if dtype == "uint8" else "float32"
@@ -90,16 +90,15 @@ def _accel(kind: str, shape, dtype: str):
                 call = relax.op.matmul(data, relax.const(w), out_dtype=out_dtype)
             out = bb.emit_output(call)
         bb.emit_func_output(out)
-    vm = relax.VirtualMachine(accel_target.build(bb.get()), tvm.cpu())
-    arg = tvm.runtime.tensor(x)
-    return lambda: vm["main"](arg)
+    return vm_runner(accel_target.build(bb.get()), [x])
 
 
 def _onnxruntime(kind: str, shape, threads: int):
     """A callable running a one-node QLinearConv / MatMulInteger model in ONNX Runtime."""
     import numpy as np
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from accel_target.benchmark import onnxruntime_runner
 
     x, w = _inputs(kind, shape, "uint8")
     consts = [numpy_helper.from_array(w, "w")]
@@ -132,30 +131,18 @@ def _onnxruntime(kind: str, shape, threads: int):
         consts,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, {"x": x})
+    return onnxruntime_runner(model.SerializeToString(), [x], threads)  # (a path or the model's bytes)
 
 
 def worker(contender: str, kind: str, shape, threads: int, number: int) -> float:
     """Median ms of `number` calls of one contender (after warm-up), in this process."""
-    import time
-
-    import numpy as np
+    from accel_target.benchmark import median_ms
 
     if contender == "onnxruntime int8":
         run = _onnxruntime(kind, shape, threads)
     else:
         run = _accel(kind, shape, "uint8" if contender == "accel int8" else "float32")
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(number):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
+    return median_ms(run, number)
 
 
 def _spawn(contender: str, kind: str, shape, threads: int, number: int) -> float | None:

@@ -1,6 +1,9 @@
 """QuantizeQDQ (accel_target/quantize.py) on tiny Relax modules: the integer calls of the int8
 contract after the rewrite, results against numpy's reading of the QDQ graph."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -10,7 +13,7 @@ from tvm import relax
 from accel_target.quantize import quantize_qdq
 from accel_target.reporting import calls_of
 from strategy.layout import constant_array
-from tests.helpers import run_relax
+from tests.helpers import assert_within_one_step, run_relax
 
 RNG = np.random.default_rng(17)
 QDQ = ("relax.quantize", "relax.dequantize")
@@ -54,13 +57,6 @@ def emit_q(bb, x, scale, zero_point, axis=1):
 
 def op_calls(mod, op):
     return calls_of(mod, (op,))
-
-
-def assert_within_one_step(actual: np.ndarray, expected: np.ndarray):
-    """Integer outputs: equal but for float rounding at a tie (never more than one step)."""
-    diff = np.abs(actual.astype(np.int64) - expected.astype(np.int64))
-    assert diff.max() <= 1
-    assert (diff == 0).mean() >= 0.99
 
 
 # conv: activations, weights per output channel, optional bias and clamp; x zero point 0 and not
@@ -256,3 +252,11 @@ def test_module_without_qdq_unchanged():
     x = RNG.standard_normal((1, 3, 8, 8)).astype("float32")
     mod = module(lambda bb, v: relax.op.nn.relu(v), x)
     tvm.ir.assert_structural_equal(quantize_qdq(mod), mod)
+
+
+def test_import_without_onnx():
+    """`import accel_target` needs no onnx (the `models` extra): the ONNX import of quantized
+    models (accel_target/onnx_quant.py, which loads TVM's ONNX frontend) is imported by from_onnx."""
+    code = "import sys; sys.modules['onnx'] = None; import accel_target"  # None: `import onnx` raises
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -1,11 +1,12 @@
 """Quantized models through accel_target.from_onnx + build, against ONNX Runtime's int8 session.
 
 The models are built here with torch (random weights), exported to ONNX and quantized with ONNX
-Runtime's ``quantize_static``: QDQ format, per-channel int8 weights, uint8 activations, random
-calibration data. ``reduce_range=True`` (7-bit weights): without it ONNX Runtime's u8s8 kernels on
-a CPU without VNNI (AVX2, AVX-512 without VNNI) saturate int16 pair sums (``vpmaddubsw``) and its
-int8 session is off by up to ~10 steps (ONNX Runtime's quantization docs say so); the full-range
-file is held to ONNX Runtime with its graph optimizations off, which runs the QDQ graph as written.
+Runtime's ``quantize_static`` (tests/models/quantized_onnx.py): QDQ format, per-channel int8
+weights, uint8 activations, random calibration data. ``reduce_range=True`` (7-bit weights):
+without it ONNX Runtime's u8s8 kernels on a CPU without VNNI (AVX2, AVX-512 without VNNI)
+saturate int16 pair sums (``vpmaddubsw``) and its int8 session is off by up to ~10 steps (ONNX
+Runtime's quantization docs say so); the full-range file is held to ONNX Runtime with its graph
+optimizations off, which runs the QDQ graph as written.
 """
 
 import numpy as np
@@ -14,11 +15,11 @@ import onnxruntime
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from torch import nn
 
 import accel_target
-from tests.helpers import run_executable
+from tests.helpers import assert_within_one_step, run_executable
+from tests.models.quantized_onnx import output_scale, quantized_onnx
 
 RNG = np.random.default_rng(3)
 IMAGE = (1, 3, 32, 32)
@@ -93,48 +94,11 @@ def random_batch_norms(model):
     return model.eval()
 
 
-class RandomData(CalibrationDataReader):
-    def __init__(self, shape, count=8):
-        rng = np.random.default_rng(1)
-        self.batches = iter([{"x": rng.standard_normal(shape).astype("float32")} for _ in range(count)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
-def quantized_onnx(model, shape, path, reduce_range=True, **options) -> str:
-    """`model` exported to ONNX and quantized as a new user would (QDQ, per-channel int8 weights,
-    uint8 activations, random calibration); the path of the quantized file."""
-    float_path = str(path / "float.onnx")
-    torch.onnx.export(model, (torch.randn(*shape),), float_path, dynamo=False, input_names=["x"])
-    quantized = str(path / "qdq.onnx")
-    quantize_static(
-        float_path,
-        quantized,
-        RandomData(shape),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        reduce_range=reduce_range,
-        weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
-        **options,
-    )
-    return quantized
-
-
 def ort_session(path, optimized=True):
     options = onnxruntime.SessionOptions()
     if not optimized:  # the QDQ graph as written: float ops between QuantizeLinear / DequantizeLinear
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-
-def output_scale(path) -> float:
-    """The scale of the DequantizeLinear that gives the model's output."""
-    model = onnx.load(path)
-    last = next(n for n in model.graph.node if n.output[0] == model.graph.output[0].name)
-    initializers = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    return float(initializers[last.input[1]])
 
 
 def assert_accuracy_contract(actual: list, expected: list, step: float):
@@ -218,8 +182,7 @@ def test_qlinearconv_becomes_integer_conv():
         initializers,
     )
     actual, expected, report = _run_both(model, x)
-    assert np.abs(actual.astype(int) - expected.astype(int)).max() <= 1
-    assert (actual == expected).mean() >= 0.99
+    assert_within_one_step(actual, expected)
     integer, floating = integer_convs(report)
     assert len(integer) == 1 and not floating
 
@@ -243,12 +206,9 @@ def test_qlinearmatmul_becomes_integer_matmul():
         [helper.make_tensor_value_info("y", TensorProto.UINT8, (6, 12))],
         initializers,
     )
-    executable = accel_target.build(accel_target.from_onnx(model))
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    actual, expected = run_executable(executable, x), session.run(None, {"x": x})[0]
-    assert np.abs(actual.astype(int) - expected.astype(int)).max() <= 1
-    assert (actual == expected).mean() >= 0.99
-    matmuls = [r for r in accel_target.report(executable).rows if r.op == "relax.matmul"]
+    actual, expected, report = _run_both(model, x)
+    assert_within_one_step(actual, expected)
+    matmuls = [r for r in report.rows if r.op == "relax.matmul"]
     assert [r.inputs[:2] for r in matmuls] == [("uint8[6, 32]", "int8[32, 12]")]
 
 
