@@ -10,7 +10,6 @@ import tvm
 from tvm import relax
 
 from .torch_ops import import_program
-from .torch_quant import CONVERTERS as QUANTIZED_TORCH_OPS
 
 
 def _first_line(err: BaseException) -> str:
@@ -60,7 +59,7 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             with torch.no_grad(), _without_kv_cache(model):
                 program = torch.export.export(model, tuple(example_inputs))
-            mod = import_program(program, keep_params_as_input=keep_params_as_input, converters=QUANTIZED_TORCH_OPS)
+            mod = import_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {_first_line(err)}") from err
     if not keep_params_as_input:
@@ -82,7 +81,7 @@ def from_exported_program_file(path) -> tvm.IRModule:
     except Exception as err:  # zip/pickle/version errors
         raise ValueError(f"accel: {path!r} is not a saved torch.export program ({_first_line(err)})") from err
     try:
-        return import_program(program, converters=QUANTIZED_TORCH_OPS)
+        return import_program(program)
     except Exception as err:  # the importer raises many types; keep the cause
         raise UnsupportedModelError(f"accel: cannot import {path!r}: {_first_line(err)}") from err
 

@@ -14,6 +14,8 @@ table, PyTorch-computed constants for what depends on no input, and converters.
   float masks, ``is_causal`` and grouped-query attention; TVM's own converter
   takes float masks only and emits ``nn.attention``, a kernel of its own.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
+- PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/torch_quant.py),
+  never folded: they stay for accel_target.quantize.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import tvm
 from tvm import relax
 
 from strategy.layout import constant_array, same_dims, tensor_shape
+
+from .torch_quant import CONVERTERS as QUANTIZED_OPS
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
 # constants by the importer (parameters stay out: they may be kept as inputs).
@@ -70,6 +74,8 @@ def _may_fold(node, known: dict) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
         return False
+    if getattr(node.target, "namespace", None) == "quantized_decomposed":
+        return False  # q/dq stay in the graph: accel_target.quantize makes integer kernels of them
     return all(arg in known for arg in node.all_input_nodes) and _is_static_tensors(node.meta.get("val"))
 
 
@@ -237,6 +243,7 @@ def cumsum(node, importer) -> relax.Expr:
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "cumsum.default": cumsum,
+    **QUANTIZED_OPS,
 }
 
 
@@ -250,14 +257,14 @@ def convert_map(importer, folded: dict) -> dict[str, Converter]:
     return custom
 
 
-def import_program(program, *, keep_params_as_input: bool = False, converters: dict | None = None):
+def import_program(program, *, keep_params_as_input: bool = False):
     """ExportedProgram -> IRModule through TVM's importer, with our decompositions,
-    PyTorch-computed input-independent values and converters (and `converters`: name -> converter)."""
+    PyTorch-computed input-independent values and converters."""
     from tvm.relax.frontend.torch.exported_program_translator import (
         ExportedProgramImporter,
     )
 
     program = program.run_decompositions(decompositions())
     importer = ExportedProgramImporter()
-    custom = {**convert_map(importer, input_independent_values(program)), **(converters or {})}
+    custom = convert_map(importer, input_independent_values(program))
     return importer.from_exported_program(program, keep_params_as_input, True, False, custom)

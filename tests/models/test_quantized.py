@@ -286,6 +286,39 @@ def test_torch_export_of_quantized_model_runs_integer_channels_last():
     assert [r.inputs[0][:6] for r in pools] == ["uint8["]  # the pool stays integer
 
 
+class QDQLinear(nn.Module):
+    """nn.Linear with per-channel int8 weights between quantize / dequantize, as convert_pt2e
+    leaves it: the dequantized weight is permuted to [in, out] by the export."""
+
+    def __init__(self, cin=48, cout=40):
+        super().__init__()
+        gen = torch.Generator().manual_seed(2)
+        self.register_buffer("w", torch.randint(-127, 128, (cout, cin), dtype=torch.int8, generator=gen))
+        self.register_buffer("w_scale", torch.rand(cout, generator=gen) * 0.01 + 0.002)
+        self.register_buffer("w_zp", torch.zeros(cout, dtype=torch.int64))
+        self.register_buffer("bias", torch.randn(cout, generator=gen))
+
+    def forward(self, x):
+        ops = torch.ops.quantized_decomposed
+        w = ops.dequantize_per_channel.default(self.w, self.w_scale, self.w_zp, 0, -127, 127, torch.int8)
+        return QDQConvNet.qdq(nn.functional.linear(QDQConvNet.qdq(x, 0.0311, 128), w, self.bias), 0.0589, 110)
+
+
+def test_torch_export_of_quantized_linear_runs_integer_dense():
+    """The dequantized weight is not folded to a float constant at import: the dense is integer."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    model = QDQLinear().eval()
+    x = torch.randn(3, 48)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    actual, expected = run_executable(executable, x.numpy()), model(x).numpy()
+    steps = np.abs(actual - expected) / 0.0589
+    assert steps.max() <= 1.001 and (steps < 0.5).mean() >= 0.99
+    rows = [r for r in accel_target.report(executable).rows if r.op == "relax.matmul"]
+    assert [r.kernel for r in rows] == ["dense_kn_int8.accel"]
+    assert rows[0].inputs[0].startswith("uint8[") and rows[0].inputs[1].startswith("int8[")
+
+
 class EncoderLayer(nn.Module):
     """BERT's encoder layer, small."""
 
