@@ -45,6 +45,28 @@ def test_every_iteration_runs_once_per_call(n, slices):
     assert (_run_in_place(func, np.zeros(n, "int32"), 3) == 3).all()
 
 
+def test_a_symbolic_extent_runs_every_iteration_once_at_any_size():
+    """A symbolic loop's chunks are computed at run time: size 0 (no chunks, not a division by
+    zero), below, at and above the claims of a loop."""
+    n = tvm.tirx.Var("n", "int64")
+
+    @T.prim_func(s_tir=True)
+    def count(a: T.Buffer((n,), "int32")):
+        for i in T.parallel(n):
+            with T.sblock("count"):
+                vi = T.axis.spatial(n, i)
+                a[vi] = a[vi] + 1
+
+    func = topi_accel.claim_iterations(count, 2)
+    assert topi_accel.workshare.CLAIM in func.script()
+    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target("accel")).jit()
+    for size in [0, 1, 31, 97]:
+        buf = tvm.runtime.tensor(np.zeros(size, "int32"))
+        lib(buf)
+        lib(buf)
+        assert (buf.numpy() == 2).all(), size
+
+
 def test_a_function_without_parallel_loops_is_left_alone():
     x = te.placeholder((4, 8))
     assert topi_accel.claim_iterations(te.create_prim_func([x, topi.exp(x)]), 2) is None
