@@ -9,6 +9,11 @@
     accel-tvm demo
 
 MODEL is an ONNX file (.onnx) or a program saved with torch.export.save (.pt2).
+A symbolic input dimension (an ONNX dim_param such as "batch", a torch.export Dim) stays
+symbolic: compile writes one library for every size, its signature (OUT.so.json) names the
+dimension, and run takes any size from 1 for it, the same in every input that names it;
+a wrong rank, fixed size, dtype or a disagreeing shared dimension is an error naming the
+input and the dimension.
 Errors are one line on stderr and a non-zero exit code; --debug shows the traceback.
 """
 
@@ -69,10 +74,10 @@ def _build(mod, input_layout, strict, tuning_db=None, weights="embedded", output
 
 
 def cmd_compile(args) -> int:
-    from .deploy import save
+    from .deploy import executable_inputs, save, symbolic_dims
     from .pipeline import report
 
-    mod, inputs = _load(args.model, args.input_layout)
+    mod, _ = _load(args.model, args.input_layout)
     if args.tuning_db and not os.path.isfile(args.tuning_db):
         raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
     executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights, args.output_layout)
@@ -82,14 +87,17 @@ def cmd_compile(args) -> int:
         "output_layout": args.output_layout,
     }
     written = save(executable, args.output, meta=meta)
+    inputs = executable_inputs(executable)  # as the signature records them: symbolic dims by name
     rep = report(executable)
     if args.json:
-        print(
-            json.dumps({"output": args.output, "files": written, "inputs": inputs, "report": rep.to_dict()}, indent=2)
-        )
+        data = {"output": args.output, "files": written, "inputs": [i.to_dict() for i in inputs]}
+        print(json.dumps({**data, "report": rep.to_dict()}, indent=2))
         return 0
     if args.report:
         print(rep)
+    symbolic = symbolic_dims(inputs)
+    sizes = f" ({', '.join(symbolic)}: any size from 1)" if symbolic else ""
+    print(f"inputs: {'; '.join(i.describe() for i in inputs)}{sizes}")
     k = rep.kernels
     print(
         f"wrote {' and '.join(written)}: {len(k.calls)} kernels, {k.accel} on accel, runtime layout transforms: "
@@ -194,7 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     layout_help = "make main take channels-last (NHWC) image inputs instead of the model's NCHW"
     output_layout_help = "make main return channels-last (NHWC) image outputs instead of the model's NCHW"
-    sub = command("compile", cmd_compile, "compile MODEL for accel into a deployable library")
+    sub = command(
+        "compile",
+        cmd_compile,
+        "compile MODEL for accel into a deployable library; symbolic input dimensions stay symbolic",
+    )
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
     sub.add_argument(
         "-o", "--output", required=True, help="library to write (.so); its input signature goes to OUT.so.json"
@@ -212,10 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(a code-only library; loading holds one copy of the weights, not several)",
     )
 
-    sub = command("run", cmd_run, "run a compiled library on .npy inputs")
+    sub = command("run", cmd_run, "run a compiled library on .npy inputs, checked against its signature (LIBRARY.json)")
     sub.add_argument("library", help="a library written by 'accel-tvm compile' (its LIBRARY.params are loaded too)")
     sub.add_argument(
-        "--input", action="append", default=[], required=True, help=".npy file, once per model input, in order"
+        "--input",
+        action="append",
+        default=[],
+        required=True,
+        help=".npy file, once per model input, in order; a symbolic dimension takes any size from 1, "
+        "the same in every input that names it",
     )
     sub.add_argument("--output", help="write the output to this .npy file")
     sub.add_argument("--repeat", type=_positive, default=10, help="runs to average the time over (default 10)")

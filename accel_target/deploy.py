@@ -26,7 +26,9 @@ with separate weights, their values. `save` writes the model's signature to ``PA
 SHA-256 and the report, which a loaded model has again (``Deployed.report``). `load`
 needs it and checks it against the library, the weights file and the executable's own
 parameter checks, so a missing, stale or edited file is a clear error, not a crash;
-a `Deployed` model checks every call's inputs against it (`check_inputs`).
+a `Deployed` model checks every call's inputs against it (`check_inputs`). A symbolic
+dimension (an ONNX dim_param, a torch.export Dim) is recorded by its name (``["batch",
+"seq", 768]``): a call may give it any size from 1, the same in every input that names it.
 
 A `Deployed` model may be called from many threads at once: each thread runs it on a
 VirtualMachine of its own (TVM's VirtualMachine keeps its registers and program
@@ -37,11 +39,13 @@ must do the same: one VM per thread, or a lock around the calls.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 import re
 import threading
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,17 +126,23 @@ def signature_path(library: str | os.PathLike) -> str:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """What one parameter of ``main`` takes: `shape` has None for a dimension of any size
-    (None altogether: any shape)."""
+    """What one parameter of ``main`` takes. `shape` holds per dimension an int (a fixed size),
+    a str (a symbolic dimension: its name, ``"batch"``, any size from 1 and the same wherever
+    the name appears; or an expression of names, ``"n * 2"``) or None (any size, as older
+    signatures recorded a symbolic one); `shape` None altogether: any shape."""
 
     name: str
     shape: tuple | None
     dtype: str
 
+    def shape_text(self) -> str:
+        """The shape as a reader writes it: ``[batch, seq, 768]``, ``?`` for a None dimension."""
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
     def describe(self) -> str:
         if self.shape is None:
             return f"{self.name}: {self.dtype} any shape"
-        return f"{self.name}: {self.dtype} [" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        return f"{self.name}: {self.dtype} {self.shape_text()}"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype}
@@ -145,12 +155,24 @@ _PARAM_CHECK = re.compile(
 )
 
 
+def _split_dims(text: str) -> list[str]:
+    """The dimensions of a printed shape's inside (``"n, n * 2, 16"``), split at the commas
+    outside brackets."""
+    dims, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):
+        depth += (char in "([") - (char in ")]")
+        if char == "," and depth == 0:
+            dims.append(text[start:i].strip())
+            start = i + 1
+    return [d for d in dims if d]
+
+
 def _spec_of_check(name: str, annotation: str, dtype: str) -> TensorSpec:
     shape = re.match(r"\s*\((.*)\),\s*$", annotation)
     if shape is None:
         return TensorSpec(name, None, dtype)
-    dims = [d.strip() for d in shape.group(1).split(",") if d.strip()]
-    return TensorSpec(name, tuple(int(d) if d.isdigit() else None for d in dims), dtype)
+    dims = _split_dims(shape.group(1))
+    return TensorSpec(name, tuple(int(d) if d.isdigit() else d for d in dims), dtype)
 
 
 def executable_inputs(executable) -> list[TensorSpec]:
@@ -216,9 +238,13 @@ def _spec_from_json(entry, where: str) -> TensorSpec:
     if not (isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and isinstance(entry.get("name", ""), str)):
         raise ValueError(f"{where} is {entry!r}; expected {{'name': ..., 'shape': [...], 'dtype': ...}}")
     shape = entry.get("shape")
-    sizes = isinstance(shape, list) and all(d is None or (isinstance(d, int) and d >= 0) for d in shape)
-    if shape is not None and not sizes:
-        raise ValueError(f"{where} has shape {shape!r}; expected a list of sizes (null for any)")
+    dims = isinstance(shape, list) and all(
+        d is None or (isinstance(d, int) and d >= 0) or (isinstance(d, str) and d) for d in shape
+    )
+    if shape is not None and not dims:
+        raise ValueError(
+            f"{where} has shape {shape!r}; expected a list of sizes and names of symbolic dimensions (null for any)"
+        )
     return TensorSpec(entry.get("name", ""), None if shape is None else tuple(shape), entry["dtype"])
 
 
@@ -276,18 +302,108 @@ def _as_array(value, spec: TensorSpec, index: int):
         ) from None
 
 
-def _check_shape(given: tuple, spec: TensorSpec, index: int) -> None:
-    if spec.shape is None:
-        return
-    if len(given) == len(spec.shape) and all(e is None or e == g for g, e in zip(given, spec.shape, strict=True)):
-        return
-    message = f"accel model: input {index} ({spec.name}): expected shape {list(spec.shape)}, given {list(given)}"
-    if sorted(given) == sorted(d for d in spec.shape if d is not None) and len(given) == len(spec.shape):
-        message += (
-            " (the same sizes in another order: a layout mismatch? transpose the input, e.g. NHWC to NCHW, "
-            "or build the model for the layout you have, e.g. input_layout='NHWC')"
-        )
-    raise ValueError(message)
+_OPERATORS = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
+_OPERATORS.update({ast.FloorDiv: int.__floordiv__, ast.Mod: int.__mod__})
+
+
+def _expression(dim: str) -> ast.expr | None:
+    """A symbolic dimension that is an expression (``"n * 2"``, as TVM prints it), parsed."""
+    try:
+        return ast.parse(dim, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _evaluate(node: ast.expr, sizes: dict[str, int]) -> int | None:
+    """An `_expression` at `sizes`; None when it holds anything but known names, ints, + - * // %."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return sizes.get(node.id)
+    if not (isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS):
+        return None
+    left, right = _evaluate(node.left, sizes), _evaluate(node.right, sizes)
+    if left is None or right is None or (right == 0 and isinstance(node.op, (ast.FloorDiv, ast.Mod))):
+        return None
+    return _OPERATORS[type(node.op)](left, right)
+
+
+def _layout_hint(given: tuple, spec: TensorSpec) -> str:
+    """The hint for a given shape whose sizes hold the fixed ones in another order."""
+    fixed = Counter(d for d in spec.shape if isinstance(d, int))
+    if len(given) != len(spec.shape) or fixed - Counter(given):
+        return ""
+    return (
+        " (the same sizes in another order: a layout mismatch? transpose the input, e.g. NHWC to NCHW, "
+        "or build the model for the layout you have, e.g. input_layout='NHWC')"
+    )
+
+
+def _shape_problem(given: tuple, spec: TensorSpec, index: int, sizes: dict, setters: dict) -> str | None:
+    """What is wrong with input `index`'s shape, or None; binds its symbolic dimensions in
+    `sizes` (name -> size), `setters` recording where each was first given."""
+    if len(given) != len(spec.shape):
+        return f"{len(given)} dimensions, the model takes {len(spec.shape)}"
+    for axis, (size, dim) in enumerate(zip(given, spec.shape)):
+        if isinstance(dim, int) and size != dim:
+            return f"dimension {axis} is {size}; the model fixes it at {dim}" + _layout_hint(given, spec)
+        if not isinstance(dim, str) or not dim.isidentifier():
+            continue
+        if size < 1:
+            return f"dimension {axis} ({dim}) is {size}: a symbolic dimension takes sizes from 1"
+        if dim not in sizes:
+            sizes[dim], setters[dim] = size, (index, spec.name, axis)
+        elif sizes[dim] != size:
+            where, name, at = setters[dim]
+            first = f"its dimension {at}" if where == index else f"input {where} ({name}) dimension {at}"
+            return (
+                f"dimension {axis} ({dim}) is {size}, but {first} gave {dim} = {sizes[dim]}: "
+                f"every dimension named {dim} takes the same size"
+            )
+    return None
+
+
+def _expression_problem(given: tuple, spec: TensorSpec, sizes: dict) -> str | None:
+    """What is wrong with the dimensions of `spec` that are expressions of symbolic ones
+    (``n * 2``) at the `sizes` the inputs gave, or None."""
+    for axis, (size, dim) in enumerate(zip(given, spec.shape)):
+        tree = _expression(dim) if isinstance(dim, str) and not dim.isidentifier() else None
+        expected = None if tree is None else _evaluate(tree, sizes)
+        if expected is not None and size != expected:
+            names = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)})
+            known = ", ".join(f"{name} = {sizes[name]}" for name in names)
+            return f"dimension {axis} ({dim}) is {size}; with {known} it must be {expected}"
+    return None
+
+
+def _check_shapes(shapes: list[tuple], specs: list[TensorSpec]) -> None:
+    """Every input's shape against its spec: rank, fixed sizes, and each symbolic dimension of
+    one size (from 1) in every input that names it."""
+    sizes: dict[str, int] = {}
+    setters: dict[str, tuple[int, str, int]] = {}
+    for index, (given, spec) in enumerate(zip(shapes, specs)):
+        problem = spec.shape is not None and _shape_problem(given, spec, index, sizes, setters)
+        if problem:
+            _raise_shape(given, spec, index, problem)
+    for index, (given, spec) in enumerate(zip(shapes, specs)):
+        problem = spec.shape is not None and _expression_problem(given, spec, sizes)
+        if problem:
+            _raise_shape(given, spec, index, problem)
+
+
+def symbolic_dims(specs: list[TensorSpec]) -> list[str]:
+    """The names of the symbolic dimensions of `specs`, in order of first appearance."""
+    dims = (d for spec in specs for d in spec.shape or ())
+    return list(dict.fromkeys(d for d in dims if isinstance(d, str) and d.isidentifier()))
+
+
+def _raise_shape(given: tuple, spec: TensorSpec, index: int, problem: str):
+    names = symbolic_dims([spec])
+    legend = f" ({', '.join(names)}: any size from 1)" if names else ""
+    raise ValueError(
+        f"accel model: input {index} ({spec.name}): expected shape {spec.shape_text()}{legend}, "
+        f"given {list(given)}: {problem}"
+    )
 
 
 def _check_finite(array: np.ndarray, spec: TensorSpec, index: int) -> None:
@@ -306,8 +422,10 @@ class Deployed:
 
     inputs: one per model input, in order (`inputs` lists them): tvm.runtime.Tensor, numpy
         arrays or anything ``np.asarray`` reads (a PyTorch CPU tensor), of exactly the dtype
-        and shape of the signature (no casting). A non-contiguous array is copied; a
-        wrong count, dtype or shape is a ValueError naming the input and what it expects;
+        and shape of the signature (no casting). A symbolic dimension (``batch`` in
+        ``[batch, 3, 224, 224]``) takes any size from 1, the same in every input that names it.
+        A non-contiguous array is copied; a wrong count, dtype, rank, fixed size or
+        symbolic size is a ValueError naming the input, the dimension and what it takes;
         NaN or Inf in a float input is a ValueError unless ``check_finite=False``.
 
     Safe to call from many threads at once: each thread gets a VirtualMachine of its own
@@ -391,14 +509,15 @@ class Deployed:
         if len(inputs) != len(self.inputs):
             listed = ", ".join(s.describe() for s in self.inputs)
             raise ValueError(f"accel model: takes {len(self.inputs)} input(s) ({listed}), given {len(inputs)}")
-        tensors = []
-        for index, (value, spec) in enumerate(zip(inputs, self.inputs, strict=True)):
-            value = _as_array(value, spec, index)
+        values = [_as_array(value, spec, index) for index, (value, spec) in enumerate(zip(inputs, self.inputs))]
+        for index, (value, spec) in enumerate(zip(values, self.inputs)):
             if str(value.dtype) != spec.dtype:
                 raise ValueError(
                     f"accel model: input {index} ({spec.name}): expected dtype {spec.dtype}, given {value.dtype}"
                 )
-            _check_shape(tuple(int(d) for d in value.shape), spec, index)
+        _check_shapes([tuple(int(d) for d in value.shape) for value in values], self.inputs)
+        tensors = []
+        for index, (value, spec) in enumerate(zip(values, self.inputs)):
             if isinstance(value, tvm.runtime.Tensor):
                 if value.device != self.device:
                     raise ValueError(

@@ -23,7 +23,8 @@ def accel_tvm(*args, cwd):
     )
 
 
-def _onnx_cnn(path):
+def _onnx_cnn(path, batch=1):
+    """Strided conv, depthwise conv, pooling, Gemm; `batch` an int or a dim_param ("N")."""
     rng = np.random.default_rng(0)
     init = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype("float32"), name)  # noqa: E731
     nodes = [
@@ -37,8 +38,8 @@ def _onnx_cnn(path):
     graph = helper.make_graph(
         nodes,
         "cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
         [
             init("w1", (16, 3, 3, 3)),
             init("b1", (16,)),
@@ -239,3 +240,86 @@ def test_channels_last_in_and_out_has_no_transform(tmp_path):
     session = onnxruntime.InferenceSession(str(tmp_path / "seg.onnx"), providers=["CPUExecutionProvider"])
     (reference,) = session.run(None, {"x": x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-5)
+
+
+# --- symbolic input dimensions (dim_param): one library, every size the signature allows ----
+
+
+def test_symbolic_batch_compile_and_run(tmp_path):
+    _onnx_cnn(tmp_path / "cnn.onnx", batch="N")
+    compiled = accel_tvm("compile", "cnn.onnx", "-o", "cnn.so", cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    assert "inputs: x: float32 [N, 3, 32, 32] (N: any size from 1)" in compiled.stdout
+    assert json.loads((tmp_path / "cnn.so.json").read_text())["inputs"][0]["shape"] == ["N", 3, 32, 32]
+    session = onnxruntime.InferenceSession(str(tmp_path / "cnn.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype("float32")
+        np.save(tmp_path / "x.npy", x)
+        ran = accel_tvm("run", "cnn.so", "--input", "x.npy", "--output", "y.npy", "--repeat", "2", cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        assert f"outputs: [{batch}, 10]" in ran.stdout
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    np.save(tmp_path / "rank3.npy", np.zeros((3, 32, 32), "float32"))
+    np.save(tmp_path / "narrow.npy", np.zeros((2, 3, 32, 31), "float32"))
+    expected = "input 0 (x): expected shape [N, 3, 32, 32] (N: any size from 1)"
+    _error(
+        accel_tvm("run", "cnn.so", "--input", "rank3.npy", cwd=tmp_path), expected, "3 dimensions, the model takes 4"
+    )
+    _error(accel_tvm("run", "cnn.so", "--input", "narrow.npy", cwd=tmp_path), expected, "dimension 3 is 31")
+
+
+def test_inputs_sharing_a_symbolic_dimension(tmp_path):
+    """x [batch, seq, 8] and mask [batch, seq]: both must give seq the same size."""
+    weight = numpy_helper.from_array(np.random.default_rng(4).standard_normal((8, 4)).astype("float32"), "w")
+    nodes = [
+        helper.make_node("Unsqueeze", ["mask", "axis"], ["m"]),
+        helper.make_node("Mul", ["x", "m"], ["xm"]),
+        helper.make_node("MatMul", ["xm", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "masked",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [weight, numpy_helper.from_array(np.array([2], "int64"), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.save(model, tmp_path / "masked.onnx")
+    compiled = accel_tvm("compile", "masked.onnx", "-o", "masked.so", "--json", cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    data = json.loads(compiled.stdout)
+    assert [i["shape"] for i in data["inputs"]] == [["batch", "seq", 8], ["batch", "seq"]]
+    assert {op["kind"] for op in data["report"]["ops"] if op["op"] == "relax.matmul"} == {"accel"}
+    rng = np.random.default_rng(5)
+    x, mask = rng.standard_normal((2, 7, 8)).astype("float32"), (rng.random((2, 7)) > 0.3).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "mask.npy", mask)
+    np.save(tmp_path / "mask6.npy", mask[:, :6])
+    ran = accel_tvm("run", "masked.so", "--input", "x.npy", "--input", "mask.npy", "--output", "y.npy", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    (reference,) = onnxruntime.InferenceSession(str(tmp_path / "masked.onnx")).run(None, {"x": x, "mask": mask})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference, rtol=1e-4, atol=1e-5)
+    _error(
+        accel_tvm("run", "masked.so", "--input", "x.npy", "--input", "mask6.npy", cwd=tmp_path),
+        "input 1 (mask)",
+        "dimension 1 (seq) is 6, but input 0 (x) dimension 1 gave seq = 7",
+        "every dimension named seq takes the same size",
+    )
+
+
+def test_symbolic_batch_channels_last_input(tmp_path):
+    _onnx_cnn(tmp_path / "cnn.onnx", batch="N")
+    compiled = accel_tvm("compile", "cnn.onnx", "-o", "cnn.so", "--input-layout", "NHWC", "--json", cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    data = json.loads(compiled.stdout)
+    assert data["inputs"] == [{"name": "x_nhwc", "shape": ["N", 32, 32, 3], "dtype": "float32"}]
+    assert data["report"]["runtime"]["activation_transforms"] == 0
+    x = np.random.default_rng(6).standard_normal((3, 3, 32, 32)).astype("float32")
+    np.save(tmp_path / "x_nhwc.npy", x.transpose(0, 2, 3, 1))
+    ran = accel_tvm("run", "cnn.so", "--input", "x_nhwc.npy", "--output", "y.npy", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    (reference,) = onnxruntime.InferenceSession(str(tmp_path / "cnn.onnx")).run(None, {"x": x})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference, rtol=1e-4, atol=1e-5)

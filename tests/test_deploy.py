@@ -1,5 +1,6 @@
 """build(weights="separate"), save and load: the weights beside a code-only library,
-against PyTorch's output and the embedded build's."""
+against PyTorch's output and the embedded build's; the signature's shapes, symbolic
+dimensions checked by name."""
 
 import os
 import subprocess
@@ -12,6 +13,7 @@ import torch
 import tvm
 
 import accel_target
+from accel_target import deploy
 from tests.helpers import assert_close, run_executable
 from tests.models.zoo import make
 
@@ -99,3 +101,56 @@ def test_load_errors(separate, tmp_path):
 def test_unknown_weights_mode(cnn):
     with pytest.raises(ValueError, match="weights='inside' is not supported; supported: embedded, separate"):
         accel_target.build(cnn[0], weights="inside")
+
+
+# --- the signature's shapes: fixed sizes, symbolic dimensions by name, expressions of them ---
+
+X = deploy.TensorSpec("x", ("n", "n", 4), "float32")  # a square batch of rows: n twice in one input
+Y = deploy.TensorSpec("y", ("n * 2", 4), "float32")  # an expression of n, as TVM prints it
+OLD = deploy.TensorSpec("z", (None, 4), "float32")  # a symbolic dimension as older signatures wrote it
+
+# (given shapes of x and y, words of the error; None: accepted)
+SHAPE_CASES = [
+    ([(3, 3, 4), (6, 4)], None),
+    ([(1, 1, 4), (2, 4)], None),
+    ([(3, 4, 4), (6, 4)], ["input 0 (x)", "dimension 1 (n) is 4, but its dimension 0 gave n = 3"]),
+    (
+        [(3, 3, 4), (7, 4)],
+        ["input 1 (y)", "expected shape [n * 2, 4]", "dimension 0 (n * 2) is 7; with n = 3 it must be 6"],
+    ),
+    (
+        [(3, 3, 5), (6, 4)],
+        ["expected shape [n, n, 4] (n: any size from 1)", "dimension 2 is 5; the model fixes it at 4"],
+    ),
+    ([(3, 3), (6, 4)], ["given [3, 3]: 2 dimensions, the model takes 3"]),
+    ([(0, 0, 4), (0, 4)], ["dimension 0 (n) is 0: a symbolic dimension takes sizes from 1"]),
+]
+
+
+@pytest.mark.parametrize("shapes,words", SHAPE_CASES, ids=range(len(SHAPE_CASES)))
+def test_symbolic_dimensions_are_checked_by_name(shapes, words):
+    if words is None:
+        deploy._check_shapes(shapes, [X, Y])
+        return
+    with pytest.raises(ValueError) as err:
+        deploy._check_shapes(shapes, [X, Y])
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_unnamed_symbolic_dimension_takes_any_size():
+    deploy._check_shapes([(5, 4)], [OLD])
+    assert OLD.describe() == "z: float32 [?, 4]"
+
+
+def test_signature_shapes_parse_and_round_trip():
+    """The executable's own check prints the shape (TVMScript); the signature keeps names and
+    expressions as strings, ints as ints, and reads back what it wrote."""
+    spec = deploy._spec_of_check("x", "(batch, seq * 2, T.max(a, b), 16), ", "float32")
+    assert spec == deploy.TensorSpec("x", ("batch", "seq * 2", "T.max(a, b)", 16), "float32")
+    assert deploy._spec_of_check("s", "(5,), ", "int64").shape == (5,)
+    assert deploy._spec_of_check("r", "ndim=4, ", "float32").shape is None
+    assert deploy._spec_from_json(spec.to_dict(), "input 0") == spec
+    for shape in (["batch", ""], [1.5], "N"):
+        with pytest.raises(ValueError, match="input 0 has shape"):
+            deploy._spec_from_json({"name": "x", "shape": shape, "dtype": "float32"}, "input 0")
