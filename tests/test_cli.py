@@ -14,6 +14,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.accel_target.test_symbolic_onnx import cnn
+
 pytestmark = pytest.mark.slow
 
 
@@ -24,31 +26,8 @@ def accel_tvm(*args, cwd):
 
 
 def _onnx_cnn(path, batch=1):
-    """Strided conv, depthwise conv, pooling, Gemm; `batch` an int or a dim_param ("N")."""
-    rng = np.random.default_rng(0)
-    init = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype("float32"), name)  # noqa: E731
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=16),
-        helper.make_node("GlobalAveragePool", ["c2"], ["p"]),
-        helper.make_node("Flatten", ["p"], ["f"]),
-        helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
-        [
-            init("w1", (16, 3, 3, 3)),
-            init("b1", (16,)),
-            init("w2", (16, 1, 3, 3)),
-            init("w3", (10, 16)),
-            init("b3", (10,)),
-        ],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    """test_symbolic_onnx's CNN on 32x32 images saved to `path`; `batch` an int or a dim_param."""
+    onnx.save(cnn(batch, 32), path)
     return path
 
 

@@ -33,8 +33,9 @@ def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
-def cnn() -> onnx.ModelProto:
-    """Strided conv + bias + ReLU, depthwise conv, global pooling, Gemm head; batch "N"."""
+def cnn(batch="N", size: int = 16) -> onnx.ModelProto:
+    """Strided conv + bias + ReLU, depthwise conv, global pooling, Gemm head on [batch, 3,
+    size, size] images; `batch` an int or a dim_param."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -44,7 +45,7 @@ def cnn() -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1),
     ]
     weights = [_weight("w1", 16, 3, 3, 3), _weight("b1", 16), _weight("w2", 16, 1, 3, 3), _weight("w3", 10, 16)]
-    return _model(nodes, {"x": ["N", 3, 16, 16]}, {"y": ["N", 10]}, [*weights, _weight("b3", 10)])
+    return _model(nodes, {"x": [batch, 3, size, size]}, {"y": [batch, 10]}, [*weights, _weight("b3", 10)])
 
 
 def attention() -> onnx.ModelProto:
