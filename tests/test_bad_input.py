@@ -32,7 +32,6 @@ DENSE_CASES = [
     ((2, 4), (4, 5, 1), {}, ["dense_kn", "rank 3", "[in, out]"]),
     ((2, 4), (3, 5), {}, ["dense_kn", "in_features 4 != weight rows 3"]),
     ((2, 4), (4, 5), {"dtype": "float16"}, ["dense_kn", "float16", "float32"]),
-    ((2, 4), (4, 5), {"bias_shape": (4,)}, ["dense_kn", "bias", "[5]"]),
 ]
 
 

@@ -1,4 +1,5 @@
-"""dense_kn: matrix product with weights stored [in, out] (K x N), optional bias.
+"""dense_kn: matrix product with weights stored [in, out] (K x N). A bias, an activation or a
+residual add after it is fused into its write-back by the build (topi_accel.epilogue).
 
 The kernel reads its weights packed as ``[N/nb, K, nb]`` (``nb`` =
 ``DenseConfig.n_block``, N zero-padded to a multiple of ``nb``), so that the
@@ -41,11 +42,10 @@ class DenseConfig:
     parallel: bool = True
 
 
-def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=None) -> tuple[int, int, int]:
+def check_dense(data_shape, weight_shape, dtype: str = "float32") -> tuple[int, int, int]:
     """Check a dense_kn call and return (M, K, N).
 
     data_shape: 2-D: [rows, in_features], rows may be symbolic. weight_shape: 2-D, [in_features, out_features].
-    bias_shape: None or 1-D [out_features].
     """
     if str(dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"dense_kn: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
@@ -60,8 +60,6 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32", bias_shape=Non
     k2, n = (int(v) for v in weight_shape)
     if k != k2:
         raise ValueError(f"dense_kn: data in_features {k} != weight rows {k2} (data {[m, k]}, weight {[k2, n]})")
-    if bias_shape is not None and [int(v) for v in bias_shape] != [n]:
-        raise ValueError(f"dense_kn: bias shape {list(bias_shape)} != expected [{n}]")
     return m, k, n
 
 
@@ -83,13 +81,13 @@ def weight_pack_map(cfg: DenseConfig) -> IndexMap:
     return IndexMap.from_func(lambda k, n: [n // nb, k, n % nb])
 
 
-def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig, bias: te.Tensor | None = None):
-    """data @ weight (+ bias) with the weight packed by `weight_pack_map`.
+def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig):
+    """data @ weight with the weight packed by `weight_pack_map`.
 
     data: [M, K], or [*rows, K] with ``cfg.m_block`` dividing the last of the row axes
     (a register tile never spans two of them); the first row axis may be symbolic, and
     with one row axis M may be. packed_weight: 3-D: [ceil(N / nb), K, nb].
-    bias: 1-D [N] or None. Returns [*rows, N] named "dense_kn"; the register tile
+    Returns [*rows, N] named "dense_kn"; the register tile
     "dense_kn_acc" covers the padded tile grid of the rows flattened.
     """
     *rows, k = data.shape
@@ -110,9 +108,7 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
         ),
         name="dense_kn_acc",
     )
-    if bias is None:
-        return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]], name="dense_kn")
-    return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]] + bias[i[-1]], name="dense_kn")
+    return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]], name="dense_kn")
 
 
 def keeps_rows(rows, cfg: DenseConfig) -> bool:
@@ -166,19 +162,16 @@ def dense_kn_func(
     k: int,
     n: int,
     cfg: DenseConfig,
-    with_bias: bool = False,
     dtype: str = "float32",
 ):
-    """The scheduled PrimFunc (data [*rows, K], packed_weight[, bias]) -> out [*rows, N] for one
+    """The scheduled PrimFunc (data [*rows, K], packed_weight) -> out [*rows, N] for one
     shape; a row axis given as None (`symbolic.SYMBOLIC`) is a variable of the PrimFunc, one
     given as an expression of shape variables is that expression (see topi_accel.symbolic)."""
     rows = (rows,) if rows is SYMBOLIC or isinstance(rows, int) else tuple(rows)
     rows = tuple(extent(r, f"rows{a}" if len(rows) > 1 else "rows") for a, r in enumerate(rows))
     data = te.placeholder((*rows, k), dtype, name="data")
     weight = te.placeholder((round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight")
-    bias = te.placeholder((n,), dtype, name="bias") if with_bias else None
-    out = dense_kn(data, weight, n, cfg, bias)
-    return schedule_dense_kn(prim_func([data, weight] + ([bias] if with_bias else []), out), n, cfg)
+    return schedule_dense_kn(prim_func([data, weight], dense_kn(data, weight, n, cfg)), n, cfg)
 
 
 def batch_matmul_config(

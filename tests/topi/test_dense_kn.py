@@ -26,34 +26,33 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
 # every ISA's tiles (those this host can run) and single-threaded kernels
 @pytest.mark.parametrize("target", [*isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1core")])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_dense_kn(shape, target, bias):
+def test_dense_kn(shape, target):
     m, k, n = shape
-    x, w, b = rand(m, k), rand(k, n), rand(n)
+    x, w = rand(m, k), rand(k, n)
     target = tvm.target.Target(target)
     with target:
         cfg = topi_accel.dense_config(m, n)
-    inputs = [x, pack(w, topi_accel.weight_pack_map(cfg))] + ([b] if bias else [])
-    out = run_primfunc(topi_accel.dense_kn_func(m, k, n, cfg, with_bias=bias), inputs, (m, n), target)
-    assert_close(out, x @ w + (b if bias else 0))
+    inputs = [x, pack(w, topi_accel.weight_pack_map(cfg))]
+    assert_close(run_primfunc(topi_accel.dense_kn_func(m, k, n, cfg), inputs, (m, n), target), x @ w)
 
 
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
 def test_dense_kn_keeps_leading_axes(rows):
     """data [*rows, K] -> [*rows, N] when the row tile divides the last row axis."""
     k, n = 40, 50
-    x, w, b = rand(*rows, k), rand(k, n), rand(n)
+    x, w = rand(*rows, k), rand(k, n)
     target = tvm.target.Target("accel")
     with target:
         cfg = topi_accel.dense_config(math.prod(rows), n)
     # the largest row tile within the target's register budget that divides the last row axis
     cfg = replace(cfg, m_block=largest_divisor(rows[-1], cfg.m_block))
-    func = topi_accel.dense_kn_func(rows, k, n, cfg, with_bias=True)
-    out = run_primfunc(func, [x, pack(w, topi_accel.weight_pack_map(cfg)), b], (*rows, n), target)
-    assert_close(out, x @ w + b)
+    out = run_primfunc(
+        topi_accel.dense_kn_func(rows, k, n, cfg), [x, pack(w, topi_accel.weight_pack_map(cfg))], (*rows, n), target
+    )
+    assert_close(out, x @ w)
 
 
 def test_dense_kn_rejects_row_tiles_across_leading_axes():
