@@ -68,7 +68,7 @@ def lower_blocks(compact_again: bool = True) -> tvm.transform.Pass:
 
 
 # a loop's iterations are claimed in chunks, at most this many per loop: a claim is an atomic
-# add (a transpose of 224 x 224 rows, one row a claim, took 12 ms instead of 0.04)
+# add, which costs more than one row of a short loop (a transpose's)
 MAX_CLAIMS = 32
 # each slice's counter on a cache line of its own
 COUNTER_STRIDE = 16
@@ -181,8 +181,8 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     if not rewritten:
         return None
     claimed = lowered.with_body(body)
-    try:  # the passes the build runs on it (the trailing compaction is ours, not the build's:
-        # it took 53 s on a Winograd kernel with a symbolic batch, for nothing to compact)
+    try:  # the passes the build runs on it (not the trailing compaction, which is ours, for the
+        # first lowering: on claimed loops of a symbolic extent it costs tens of seconds)
         lower_blocks(compact_again=False)(tvm.IRModule({"main": claimed}))
     except tvm.error.InternalError:  # (what TVM's failed checks raise)
         return None

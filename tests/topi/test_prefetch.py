@@ -41,6 +41,9 @@ def _winograd(parallel=True):
     return topi_accel.conv2d_winograd_func(geo, cfg), cfg
 
 
+LINE = P.LINE_BYTES // 4  # float32 weights per cache line
+
+
 def _panels(func) -> tuple[int, int]:
     """(panels, floats per panel) of the weights (parameter 1, panels outermost)."""
     shape = [int(v) for v in func.params[1].ty.shape]
@@ -57,7 +60,7 @@ def _panels(func) -> tuple[int, int]:
 def test_each_panel_prefetches_the_next_one_line_by_line(make):
     func, _ = make()
     lines = []
-    tvm.register_global_func(RECORD, lambda offset: lines.append(offset // P.LINE_FLOATS), override=True)
+    tvm.register_global_func(RECORD, lambda offset: lines.append(offset // LINE), override=True)
 
     def record(buffer, offset):
         return tirx.Evaluate(tirx.call_packed(RECORD, offset))
@@ -68,7 +71,7 @@ def test_each_panel_prefetches_the_next_one_line_by_line(make):
     run_primfunc(recording, inputs, [int(v) for v in func.params[-1].ty.shape])
 
     panels, panel = _panels(func)
-    panel_lines, total = panel // P.LINE_FLOATS, panels * panel // P.LINE_FLOATS
+    panel_lines, total = panel // LINE, panels * panel // LINE
     assert set(lines) == set(range(total))  # every line, the first panel's by the last one's rows (wrapping)
     assert len(lines) < 1.25 * total  # a line once, give or take rounding at the shares' ends
     # serial: the first panel's rows run first, and fetch the second panel
