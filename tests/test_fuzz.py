@@ -9,10 +9,12 @@ import os
 
 import numpy as np
 import torch
+import tvm
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import accel_target
+import topi_accel
 from tests.helpers import assert_close, conv2d_module, matmul_module, run_relax
 
 FUZZ = settings(
@@ -88,6 +90,46 @@ def test_fuzz_conv2d(case):
         out = run_relax(mod, [xl] if case["const_weight"] else [xl, wl])
     assert [d.implementation for d in log] == ["conv2d_nhwc_ohwi.accel"]
     assert_close(out, _layout(ref, "NCHW", dl))
+
+
+@st.composite
+def winograd_cases(draw):
+    """What conv2d_winograd.accel takes (3x3, stride 1, undilated, ungrouped, constant weights,
+    channels a multiple of the target's vector, at least 14x14 outputs): both output tiles, tails."""
+    lanes = topi_accel.cpu_knobs(tvm.target.Target("accel")).lanes
+    padding = tuple(draw(st.integers(0, 1)) for _ in range(4))
+    return dict(
+        n=draw(st.integers(1, 2)),
+        c=lanes * draw(st.integers(1, 3)),
+        o=lanes * draw(st.integers(1, 3)),
+        h=draw(st.integers(16, 36)) - padding[0] - padding[2],
+        w=draw(st.integers(16, 36)) - padding[1] - padding[3],
+        padding=padding,
+        data_layout=draw(st.sampled_from(["NCHW", "NHWC"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+# a Winograd build takes a few seconds: a quarter of the examples
+@settings(FUZZ, max_examples=max(1, FUZZ.max_examples // 4))
+@given(case=winograd_cases())
+def test_fuzz_winograd(case):
+    rng = np.random.default_rng(case["seed"])
+    x = rng.standard_normal((case["n"], case["c"], case["h"], case["w"])).astype("float32")
+    wt = rng.standard_normal((case["o"], case["c"], 3, 3)).astype("float32")
+    pt, pl, pb, pr = case["padding"]
+    ref = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.from_numpy(x).double(), (pl, pr, pt, pb)), torch.from_numpy(wt).double()
+    ).numpy()
+    dl = case["data_layout"]
+    xl, wl = _layout(x, "NCHW", dl), _layout(wt, "OIHW", "OHWI" if dl == "NHWC" else "OIHW")
+    mod = conv2d_module(
+        xl, wl, True, padding=case["padding"], data_layout=dl, kernel_layout="OHWI" if dl == "NHWC" else "OIHW"
+    )
+    with accel_target.recording() as log:
+        out = run_relax(mod, [xl])
+    assert [d.implementation for d in log] == ["conv2d_winograd.accel"]
+    assert_close(out, _layout(ref, "NCHW", dl).astype("float32"))
 
 
 @FUZZ
