@@ -11,7 +11,7 @@ accel_target`` sets each one the user has not set (`configure_pool`):
     how many times a worker that finds no work calls ``sched_yield`` before it
     sleeps. TVM's 300000 keeps every worker busy for a fraction of a second after each
     call, on the cores that numpy's or PyTorch's threads want next. accel: 0, the
-    worker sleeps at once and each kernel wakes it (~20 us a kernel).
+    worker sleeps at once and each kernel wakes it.
 ``TVM_BIND_THREADS``
     TVM pins each worker to one core (1, its default). A kernel ends when every
     worker has run its share (accel's kernels let the calling thread take over the
@@ -19,11 +19,18 @@ accel_target`` sets each one the user has not set (`configure_pool`):
     it to start), so a worker pinned to a core that another library's spinning thread
     holds makes every kernel wait for a scheduler quantum. accel: 0, the OS places it.
 
-The two go together: the kernel places a thread that it wakes on a core that is free or
-beside the thread that woke it, while a worker that is spinning when a kernel starts stays
-on whatever core it is on, even under another library's spinning thread (measured: spin
-count 200 or 2000 without pinning left an accel call after a numpy matmul 40 times slower
-than alone; 0 brought it to 1.4 times).
+Measured on a quiet 2-core Emerald Rapids, each setting in processes of its own
+(`benchmarks/bench_coexistence.py`; the table is in `benchmarks/README.md`). What the
+defaults buy: a 10-kernel model right after a numpy matmul or a PyTorch conv took 1.1
+to 1.6 times its time alone, where TVM's defaults gave 8 to 40 times, spin 1000 with
+pinned workers up to 167 times and spin 1000 unpinned up to 19 times (in some
+processes: whether another library's spinning thread sits on the worker's core is
+luck). What they cost, in a process that runs nothing else: waking the worker for
+every kernel (spin 1000 unpinned: ResNet-50 23.1 instead of 25.9 ms, MobileNetV2 3.1
+instead of 3.8 ms), and a worker woken on the caller's core now and then (a
+single-kernel model called in a loop from a process that had used PyTorch: a
+256x1024x1024 dense in 3.6 ms instead of 2.0). A process that runs accel alone may
+set ``TVM_THREAD_POOL_SPIN_COUNT=1000`` before importing accel_target.
 
 Each Python thread that runs kernels gets a pool of its own (TVM keeps it thread-local),
 so K threads calling models at once run K pools of TVM_NUM_THREADS threads: when a

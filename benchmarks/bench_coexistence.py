@@ -6,8 +6,11 @@ Builds two models once (conv -> conv -> pool -> linear; a 256x1024x1024 dense) i
 then runs one process per setting, the settings taking turns --reps times. A process
 times, median of per-call times in ms: the accel call alone and right after a numpy
 512x512 matmul or a PyTorch conv; and a numpy GEMV (1024x1024, float64), the PyTorch conv
-and the numpy matmul alone and right after an accel call. Every block of calls starts
-after a 0.3 s pause, so that no library's threads are still spinning from the last one.
+and the numpy matmul alone and right after an accel call; and, as a control, the accel call
+right after a single-threaded copy of 32 MB ("cache flush"), which evicts the model's
+data from the caches but leaves no thread behind: what the accel call loses after numpy
+or PyTorch beyond that is the thread pools'. Every block of calls starts after a 0.3 s
+pause, so that no library's threads are still spinning from the last one.
 Prints one JSON line per process and a table of the ratios "after / alone".
 """
 
@@ -23,6 +26,7 @@ import time
 SETTINGS = {
     "TVM's defaults": {"TVM_THREAD_POOL_SPIN_COUNT": "300000", "TVM_BIND_THREADS": "1"},
     "accel's defaults": {},
+    "spin 0, unpinned": {"TVM_THREAD_POOL_SPIN_COUNT": "0", "TVM_BIND_THREADS": "0"},
     "accel's + passive OpenMP/OpenBLAS": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"},
 }
 MODELS = ("ccpl", "dense")
@@ -76,6 +80,11 @@ def measure(directory: str, rounds: int) -> dict:
         with torch.no_grad():
             return conv(tx)
 
+    flush_src, flush_dst = np.ones(1 << 23, "float32"), np.empty(1 << 23, "float32")
+
+    def cache_flush():
+        np.copyto(flush_dst, flush_src)
+
     times: dict[str, list[float]] = {}
 
     def block(key, before, timed, calls=12):
@@ -98,6 +107,7 @@ def measure(directory: str, rounds: int) -> dict:
     for _ in range(rounds):
         for name, call in models.items():
             block(f"{name} alone", None, call)
+            block(f"{name} after cache flush", cache_flush, call)
             block(f"{name} after numpy mm", numpy_mm, call)
             block(f"{name} after torch conv", torch_conv, call)
             for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
@@ -112,7 +122,7 @@ def table(results: dict[str, list[dict]]) -> str:
 
     pairs = []
     for name in MODELS:
-        pairs += [(f"{name} after numpy mm", f"{name} alone"), (f"{name} after torch conv", f"{name} alone")]
+        pairs += [(f"{name} after {before}", f"{name} alone") for before in ("cache flush", "numpy mm", "torch conv")]
         pairs += [(f"{other} after {name}", f"{other} alone") for other in ("numpy gemv", "torch conv", "numpy mm")]
     lines = ["| after / alone | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
     for after, alone in pairs:
