@@ -52,6 +52,7 @@ from .transforms import (
     FoldConstantNumpy,
     PadAsConv,
     SimplifyLayouts,
+    WholeInputPooling,
     convert_input_layout,
     convert_output_layout,
 )
@@ -101,6 +102,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
             quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),
+            WholeInputPooling(),
             SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
             FoldConstantNumpy(),
             convert_layout,

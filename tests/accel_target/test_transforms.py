@@ -10,7 +10,13 @@ import accel_target
 import topi_accel
 from accel_target.pipeline import graph_passes
 from accel_target.reporting import calls_of
-from accel_target.transforms import FoldConstantNumpy, PadAsConv, SimplifyLayouts, convert_input_layout
+from accel_target.transforms import (
+    FoldConstantNumpy,
+    PadAsConv,
+    SimplifyLayouts,
+    WholeInputPooling,
+    convert_input_layout,
+)
 from strategy.layout import constant_array
 from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_relax, single_op_module
 
@@ -366,3 +372,28 @@ def test_an_elementwise_op_of_two_permuted_tensors_permutes_once():
         a + b,
         ["relax.add"],
     )
+
+
+# (pooling, kernel, stride, padding, ceil_mode, rewritten): one window over the whole input
+# becomes a mean / max (Hugging Face's EfficientNet: a 1280x1280 window on a 2x2 map)
+WHOLE_INPUT_POOLS = [
+    (torch.nn.functional.avg_pool2d, 1280, 1280, 0, True, True),
+    (torch.nn.functional.max_pool2d, 1280, 1280, 0, True, True),
+    (torch.nn.functional.avg_pool2d, 5, 5, 0, False, True),  # window = input
+    (torch.nn.functional.avg_pool2d, 6, 6, 1, True, False),  # padded: counts differ, left alone
+    (torch.nn.functional.max_pool2d, 3, 3, 0, False, False),  # 3x3 windows of a 5x5 map
+]
+
+
+@pytest.mark.parametrize("pool,kernel,stride,padding,ceil_mode,rewritten", WHOLE_INPUT_POOLS)
+def test_whole_input_pooling_becomes_a_reduction(pool, kernel, stride, padding, ceil_mode, rewritten):
+    def model(x):
+        return pool(x, kernel, stride, padding, ceil_mode=ceil_mode)
+
+    module = type("Pool", (torch.nn.Module,), {"forward": lambda self, x: model(x)})().eval()
+    x = torch.randn(1, 8, 5, 5)
+    mod = accel_target.from_torch(module, (x,))
+    ops = _ops(WholeInputPooling()(mod))
+    assert any(op.endswith("pool2d") for op in ops) != rewritten
+    assert ("relax.mean" in ops or "relax.max" in ops) == rewritten
+    assert_close(run_executable(accel_target.build(mod), x.numpy()), model(x).numpy())
