@@ -70,6 +70,7 @@ def _accel(func) -> bool:
 KERNEL_STEPS = [
     ("InlineEpilogue", topi_accel, "inline_epilogue", _accel),
     ("Parallelize", topi_accel, "parallelize", lambda func: not _accel(func)),
+    ("SizesNonNegative", topi_accel.symbolic, "sizes_non_negative", lambda func: True),
     ("InsertPrefetches", topi_accel.prefetch, "insert_prefetches", lambda func: True),
     ("ClaimIterations", topi_accel.workshare, "claim_iterations", lambda func: True),
 ]

@@ -23,7 +23,7 @@ from dataclasses import asdict
 import tvm
 from tvm import tirx
 
-from . import prefetch, workshare
+from . import prefetch, symbolic, workshare
 from .knobs import cpu_knobs
 
 # a kernel rewrite: the new function, or None where it changes nothing
@@ -77,10 +77,14 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
 
 def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
     """(name, rewrite) of each step the build applies to every kernel after TVM's lowering, in
-    order: the prefetches the schedules asked for (topi_accel.prefetch), then, on a target
-    with several cores, parallel loops whose iterations the threads claim (topi_accel.workshare)."""
+    order: shape parameters known non-negative (topi_accel.symbolic), the prefetches the
+    schedules asked for (topi_accel.prefetch), then, on a target with several cores, parallel
+    loops whose iterations the threads claim (topi_accel.workshare)."""
     knobs = cpu_knobs(target)
-    steps: list[tuple[str, KernelRewrite]] = [("InsertPrefetches", lambda func: prefetch.insert_prefetches(func))]
+    steps: list[tuple[str, KernelRewrite]] = [
+        ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),
+        ("InsertPrefetches", lambda func: prefetch.insert_prefetches(func)),
+    ]
     if knobs.parallel:
         steps.append(("ClaimIterations", lambda func: workshare.claim_iterations(func, knobs.cores)))
     return steps

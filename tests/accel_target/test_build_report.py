@@ -70,4 +70,5 @@ def test_registered_pipeline_runs_the_same_phases():
     # the tuner's replay (finish_kernel) and the build's last passes are one list
     assert [p.info.name for p in pipeline.lowering_passes(target)[-len(steps) :]] == steps
     single = tvm.target.Target({"tag": "accel", "num-cores": 1})
-    assert [name for name, _ in topi_accel.tuning.lowered_kernel_steps(single)] == ["InsertPrefetches"]
+    single_steps = [name for name, _ in topi_accel.tuning.lowered_kernel_steps(single)]
+    assert single_steps == ["SizesNonNegative", "InsertPrefetches"]

@@ -48,6 +48,24 @@ def test_dense_kn_symbolic_rows(k, n, target):
         assert_close(_call(lib, [x, packed], (m, n)), x @ w)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_dense_kn_rows_product_of_shape_variables(target):
+    """Rows ``b * s`` (BERT's batch x sequence, flattened): each shape variable a scalar
+    parameter of the kernel, at sizes 1, primes and the representative size."""
+    b, s = (tvm.tirx.Var(name, "int64") for name in "bs")
+    k, n = 96, 80
+    with tvm.target.Target(target):
+        cfg = topi_accel.dense_config(b * s, n)
+    lib = _library(topi_accel.dense_kn_func((b * s,), k, n, cfg), target)
+    w = rand(k, n)
+    packed = tvm.runtime.tensor(pack(w, topi_accel.weight_pack_map(cfg)))
+    for bs, seq in [(1, 1), (1, 2), (2, 7), (3, 97), (1, REPRESENTATIVE_ROWS), (2, 131)]:
+        x = rand(bs * seq, k)
+        out = tvm.runtime.tensor(np.zeros((bs * seq, n), "float32"))
+        lib(tvm.runtime.tensor(x), packed, bs, seq, out)  # scalar parameters by name: b, s
+        assert_close(out.numpy(), x @ w)
+
+
 def test_dense_kn_symbolic_batch_keeps_rows():
     """data [B, S, K] with B symbolic and S static: the result keeps both axes."""
     s, k, n = 16, 40, 48
@@ -164,3 +182,31 @@ def test_symbolic_rows_keep_the_vector_fma_loop(target):
     body = loop[: loop.index("for ax0")]  # up to the write-back
     assert "if " not in body and "T.if_then_else" not in body
     assert f"T.unroll(T.int64({cfg.m_block}))" in body and f"T.vectorized(T.int64({cfg.lanes}))" in body
+
+
+def _accumulator_indices(script: str, name: str) -> list[str]:
+    return [line.split(f"{name}[", 1)[1].split("]", 1)[0] for line in script.splitlines() if f"{name}[" in line]
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        pytest.param(lambda cfg: topi_accel.dense_kn_func(SYMBOLIC, 768, 3072, cfg), id="dense-M"),
+        pytest.param(
+            lambda cfg: topi_accel.dense_kn_func(
+                (tvm.tirx.Var("b", "int64") * tvm.tirx.Var("s", "int64"),), 768, 3072, cfg
+            ),
+            id="dense-b*s",
+        ),
+    ],
+)
+def test_symbolic_register_tile_has_the_tiles_indices(kernel):
+    """The register tile of a kernel with symbolic rows, lowered as the build lowers it,
+    is indexed by the tile's own loops only (LLVM keeps it in registers), also when the rows
+    are a product of shape variables (BERT's ``b * s``)."""
+    with tvm.target.Target("accel"):
+        cfg = topi_accel.dense_config(SYMBOLIC, 3072)
+        script = finish_kernel(kernel(cfg), tvm.target.Target("accel")).script()
+    name = next(n for n in ("dense_kn_acc_local", "batch_matmul_kn_acc_local") if f"{n}[" in script)
+    indices = _accumulator_indices(script, name)
+    assert indices and not any("fused" in index or "T.max" in index for index in indices), indices
