@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -87,6 +88,11 @@ def _resolve(mutator: PyExprMutator, expr):
     """`expr`, or what it is bound to if it is a bound variable (a weight constant, say)."""
     bound = _bound(mutator, expr)
     return expr if bound is None else bound
+
+
+def _same_shape(a: list | None, b: list | None) -> bool:
+    """Whether two shapes (`tensor_shape`: ints and the PrimExprs of symbolic dimensions) are one."""
+    return a is not None and b is not None and bool(tvm_ffi.structural_equal(a, b))
 
 
 def _op_name(expr) -> str | None:
@@ -151,21 +157,22 @@ class _LayoutSimplifier(PyExprMutator):
     def _elementwise_before_reshape(self, call: relax.Call) -> relax.Expr | None:
         """f(reshape(y), ...) -> reshape(f(y, ...)) for an elementwise f of one tensor, of a tensor
         and a scalar, or of two tensors of the result's shape when y is a matmul's result (the
-        other is reshaped: a residual add); so that f follows the kernel and becomes its epilogue."""
-        shape = static_shape(call)
+        other is reshaped: a residual add); so that f follows the kernel and becomes its epilogue.
+        Shapes may be symbolic (BERT's [batch, seq, 768] over [batch * seq, 768] rows)."""
+        shape = tensor_shape(call)
         if shape is None:
             return None
         for i, arg in enumerate(call.args):
             reshape = _bound(self, arg)
-            if _op_name(reshape) != RESHAPE or static_shape(reshape.args[0]) is None:
+            if _op_name(reshape) != RESHAPE or tensor_shape(reshape.args[0]) is None:
                 continue
             y = reshape.args[0]
             args = list(call.args)
             args[i] = y
-            if len(args) == 2 and static_shape(args[1 - i]) != []:  # not a scalar
-                if static_shape(args[1 - i]) != shape or not self._follows_matmul(y):
+            if len(args) == 2 and tensor_shape(args[1 - i]) != []:  # not a scalar
+                if not _same_shape(tensor_shape(args[1 - i]), shape) or not self._follows_matmul(y):
                     continue
-                args[1 - i] = self.builder_.emit(relax.op.reshape(args[1 - i], static_shape(y)))
+                args[1 - i] = self.builder_.emit(relax.op.reshape(args[1 - i], tensor_shape(y)))
             return relax.op.reshape(self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args)), shape)
         return None
 
@@ -215,7 +222,7 @@ class _LayoutSimplifier(PyExprMutator):
         call = _bound(self, expr)
         name = _op_name(call)
         if name in ELEMENTWISE:
-            return static_shape(expr) is not None and any(self._follows_matmul(arg) for arg in call.args)
+            return tensor_shape(expr) is not None and any(self._follows_matmul(arg) for arg in call.args)
         return name == MATMUL
 
     @staticmethod

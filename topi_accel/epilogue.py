@@ -14,6 +14,14 @@ BN affine, ReLU/ReLU6/GELU, residual add) to it, and FuseTIR then merges them
 into one PrimFunc as separate loop nests over the whole output.
 `inline_epilogue` moves each of them into the kernel's write-back block, so
 the output is written once, from registers, with the epilogue applied.
+
+With symbolic shapes TVM's own preconditions of these primitives cannot be proved: the
+write-back of a kernel whose row tiles are split by a symbolic count carries a predicate
+that its affine-binding analysis does not parse, so the output's region cover, and the
+stage pipeline, are unknown. There, the schedule runs without those checks
+(``enable_check=False``); what makes the inlining right is checked here instead: every
+consumer inlined reads the kernel's output only at the element it writes, over the same
+shape (`reads_elementwise`), and the kernel's write-back writes every element of it.
 """
 
 from __future__ import annotations
@@ -129,9 +137,14 @@ def _inline_intermediates(sch: s_tir.Schedule, outputs: list) -> None:
             continue
 
 
+def _has_symbolic_shapes(func: tirx.PrimFunc) -> bool:
+    """Whether a buffer parameter of `func` has a dimension that is not a number."""
+    return any(not isinstance(dim, tirx.IntImm) for param in func.params for dim in getattr(param.ty, "shape", ()))
+
+
 def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none."""
-    sch = s_tir.Schedule(func)
+    sch = s_tir.Schedule(func, enable_check=not _has_symbolic_shapes(func))
     outputs = output_blocks(sch)
     if not outputs:
         return None

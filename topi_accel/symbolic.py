@@ -92,6 +92,6 @@ def sizes_non_negative(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         return None
     fresh = {p.name: tirx.Var(p.name, p.ty.dtype) for p in sizes}
     special = func.specialize({p: tirx.max(fresh[p.name], tirx.const(0, p.ty.dtype)) for p in sizes})
-    kept = {p.name: p for p in special.params}
-    params = [fresh[p.name] if p.name in fresh else kept[p.name] for p in func.params]
+    kept = iter(special.params)  # the others, in order (names may repeat: an in-place output)
+    params = [fresh[p.name] if any(p.same_as(v) for v in sizes) else next(kept) for p in func.params]
     return tirx.PrimFunc(params, special.body, special.ret_type, special.attrs)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+import tvm
 from torch import nn
 from tvm import relax, s_tir
 
@@ -124,6 +125,37 @@ def test_dense_on_rows_of_several_axes_fuses_bias_and_residual(shape):
         assert calls[0].startswith("dense_kn") and len(calls) == 2, calls
     else:
         assert len(calls) == 1 and calls[0].startswith("fused_dense_kn") and calls[0].count("add") == 2, calls
+
+
+def _symbolic_sublayer(flatten: bool, w, b) -> tvm.IRModule:
+    """main(x) = x + (x @ w + b) with x [batch, 32] or, rows flattened as PyTorch exports a
+    Linear, [batch, seq, 32] (reshape to [batch * seq, 32], matmul, bias, reshape back)."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    x = relax.Var("x", relax.TensorType([batch, seq, 32] if flatten else [batch, 32], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            rows = bb.emit(relax.op.reshape(x, [batch * seq, 32])) if flatten else x
+            y = bb.emit(relax.op.add(relax.op.matmul(rows, relax.const(w)), relax.const(b)))
+            if flatten:
+                y = bb.emit(relax.op.reshape(y, [batch, seq, 32]))
+            out = bb.emit_output(relax.op.add(y, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("flatten", [False, True], ids=["rows", "batch*seq"])
+def test_dense_epilogue_is_fused_with_symbolic_rows(flatten):
+    """Bias and residual add in the write-back of a kernel with symbolic rows, a single
+    variable or BERT's batch * seq; one build, correct at sizes 1, primes and 128."""
+    w, b = rand(32, 32), rand(32)
+    executable = accel_target.build(_symbolic_sublayer(flatten, w, b))
+    assert not accel_target.report(executable).declines  # the in-place kernel lowered as any other
+    calls = [c for c in accel_target.report(executable).kernels.calls if not c.startswith(("reshape", "shape_func"))]
+    assert len(calls) == 1 and calls[0].startswith("fused_dense_kn") and calls[0].count("add") == 2, calls
+    for shape in [(1, 1), (2, 7), (3, 97), (1, 128)]:
+        x = rand(*shape, 32) if flatten else rand(shape[0] * shape[1], 32)
+        assert_close(run_executable(executable, x), x @ w + b + x)
 
 
 def test_attention_scale_is_fused_into_batch_matmul():
