@@ -72,3 +72,22 @@ def test_registered_pipeline_runs_the_same_phases():
     single = tvm.target.Target({"tag": "accel", "num-cores": 1})
     single_steps = [name for name, _ in topi_accel.tuning.lowered_kernel_steps(single)]
     assert single_steps == ["SizesNonNegative", "InsertPrefetches"]
+
+
+def test_a_symbolic_shape_build_marks_every_function_no_alias():
+    """A symbolic-shape model gets the VM's `shape_func`; TVM's LLVM code generator marks the
+    arguments of a module's functions noalias only when all of them are, so the lowered
+    module must have no function without ``tirx.noalias`` (else every kernel loses it)."""
+    rows = tvm.tirx.Var("rows", "int64")
+    x = tvm.relax.Var("x", tvm.relax.TensorType([rows, 32], "float32"))
+    bb = tvm.relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = tvm.relax.const(torch.randn(32, 48).numpy())
+            out = bb.emit_output(tvm.relax.op.matmul(x, w))
+        bb.emit_func_output(out)
+    target = tvm.target.Target("accel")
+    lowered = pipeline.run_phases(accel_target.optimize(bb.get()), target, "lowering", "lowering")["lowering"]
+    funcs = {g.name_hint: f for g, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert "shape_func" in funcs
+    assert all("tirx.noalias" in f.attrs for f in funcs.values()), [n for n, f in funcs.items()]
