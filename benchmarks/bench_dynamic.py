@@ -17,6 +17,10 @@ import os
 import subprocess
 import sys
 
+# the repository this script is in: its accel_target, not an installed one (the script's own
+# directory, not the working directory, is first on sys.path)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 THREADS = "2"
 # case -> (model in benchmarks/models.py, input shape at which both builds are timed, dynamic axes)
 CASES = {
