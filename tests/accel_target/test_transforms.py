@@ -272,6 +272,28 @@ def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
     assert_close(run_primfunc(func, [a, g, b], a.shape), ref)
 
 
+def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
+    """Layer norm over [batch, seq, 768] and softmax over [batch, 12, seq, seq] with batch and
+    seq symbolic (a dynamic BERT's): row by row under one parallel loop, the sequence one
+    (the outer loops serial around it: fusing them would index by a symbolic division), and
+    right at sizes 1, primes and 128."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    x, gp, bp = te.placeholder((batch, seq, 768)), te.placeholder((768,)), te.placeholder((768,))
+    norm = topi_accel.parallelize(te.create_prim_func([x, gp, bp, topi.nn.layer_norm(x, gp, bp, axis=[-1])]))
+    assert norm.script().count("T.parallel(seq)") == 1 and "T.vectorized(16)" in norm.script()
+    scores = te.placeholder((batch, 12, seq, seq))
+    softmax = topi_accel.parallelize(te.create_prim_func([scores, topi.nn.fast_softmax(scores, -1)]))
+    assert softmax.script().count("T.parallel") == 1 and "T.parallel(seq)" in softmax.script()
+    g, b = rand(768), rand(768)
+    for n, s in [(1, 1), (2, 7), (1, 128), (3, 97)]:
+        a = rand(n, s, 768)
+        ref = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5) * g + b
+        assert_close(run_primfunc(norm, [a, g, b], a.shape), ref)
+        a = rand(n, 12, s, s)
+        e = np.exp(a - a.max(-1, keepdims=True))
+        assert_close(run_primfunc(softmax, [a], a.shape), e / e.sum(-1, keepdims=True))
+
+
 def test_parallelize_does_not_recompute_a_column_reduction_per_row():
     a = rand(512, 64)
     x = te.placeholder(a.shape)
