@@ -294,6 +294,20 @@ def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
         assert_close(run_primfunc(softmax, [a], a.shape), e / e.sum(-1, keepdims=True))
 
 
+def test_parallelize_splits_a_symbolic_transpose():
+    """BERT's head split, [batch, seq, 3, 12, 64] -> [3, batch, 12, seq, 64] with batch and seq
+    symbolic: its outer loops fused into one parallel loop (the row of 64 left to LLVM), right
+    at sizes 1, primes and 128."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    x = te.placeholder((batch, seq, 3, 12, 64))
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.transpose(x, [2, 0, 3, 1, 4])]))
+    assert func.script().count("T.parallel") == 1
+    for n, s in [(1, 1), (2, 7), (1, 128), (3, 97)]:
+        a = rand(n, s, 3, 12, 64)
+        ref = a.transpose(2, 0, 3, 1, 4)
+        assert_close(run_primfunc(func, [a], ref.shape), ref)
+
+
 def test_parallelize_does_not_recompute_a_column_reduction_per_row():
     a = rand(512, 64)
     x = te.placeholder(a.shape)
