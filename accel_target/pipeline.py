@@ -18,7 +18,7 @@ and `tune` all run (`run_phases`):
 The contract: accel never fails where stock TVM succeeds. Each step of ours applies
 or leaves what it would change as it was: a graph pass that raises (or leaves a
 module that is not well-formed) gives back the module it was handed; a kernel rewrite
-(epilogue, parallelization, WriteInPlace, InsertPrefetches, ClaimIterations) that
+(epilogue, parallelization, WriteInPlace, InsertPrefetches, SerialSmallKernels, ClaimIterations) that
 raises on one kernel leaves that kernel as it was; a strategy that raises gives the
 op to the next implementation or TVM's kernel (strategy/dispatch.py). Each such
 decline is recorded (strategy.registry.decline: the report's `declines`, and the

@@ -24,6 +24,7 @@ import tvm
 from tvm import tirx
 
 from . import prefetch, symbolic, workshare
+from .epilogue import accel_impl
 from .knobs import cpu_knobs
 
 # a kernel rewrite: the new function, or None where it changes nothing
@@ -75,17 +76,35 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
     return json.dumps({"kind": kind, **shape_fields, "lanes": knobs.lanes, "parallel": knobs.parallel}, sort_keys=True)
 
 
+# Iterations of its innermost statements below which a kernel runs on the calling thread
+# alone: an accel kernel's are vector FMAs (per lane of the target's vectors; 1M on AVX-512,
+# 0.5M on AVX2: ~30 us of work), TVM's own kernels' mostly scalar loads and stores.
+MIN_PARALLEL_WORK_PER_LANE = 1 << 16
+MIN_PARALLEL_WORK_SCALAR = 1 << 15
+
+
+def min_parallel_work(func: tirx.PrimFunc, knobs) -> int:
+    """The work below which `func` runs serially (`MIN_PARALLEL_WORK_PER_LANE`)."""
+    if accel_impl(func) is not None:
+        return MIN_PARALLEL_WORK_PER_LANE * knobs.lanes
+    return MIN_PARALLEL_WORK_SCALAR
+
+
 def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
     """(name, rewrite) of each step the build applies to every kernel after TVM's lowering, in
     order: shape parameters known non-negative (topi_accel.symbolic), the prefetches the
-    schedules asked for (topi_accel.prefetch), then, on a target with several cores, parallel
-    loops whose iterations the threads claim (topi_accel.workshare)."""
+    schedules asked for (topi_accel.prefetch), then, on a target with several cores, small
+    kernels made serial and the parallel loops of the others claimed by the threads
+    (topi_accel.workshare)."""
     knobs = cpu_knobs(target)
     steps: list[tuple[str, KernelRewrite]] = [
         ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),
         ("InsertPrefetches", lambda func: prefetch.insert_prefetches(func)),
     ]
     if knobs.parallel:
+        steps.append(
+            ("SerialSmallKernels", lambda func: workshare.serial_when_small(func, min_parallel_work(func, knobs)))
+        )
         steps.append(("ClaimIterations", lambda func: workshare.claim_iterations(func, knobs.cores)))
     return steps
 

@@ -169,6 +169,63 @@ def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
     return _claimed(stmt, slices)
 
 
+def _iterations(stmt: tirx.Stmt) -> int | None:
+    """How many times the stores and calls of `stmt` run (loop extents multiplied down each
+    nest, added up across it; the larger branch of a condition); None if a loop's extent
+    is symbolic."""
+    if isinstance(stmt, tirx.SeqStmt):
+        counts = [_iterations(s) for s in stmt.seq]
+        return None if None in counts else sum(counts)
+    if isinstance(stmt, tirx.For):
+        inner = _iterations(stmt.body)
+        if inner is None or not isinstance(stmt.extent, tirx.IntImm):
+            return None
+        return int(stmt.extent) * inner
+    if isinstance(stmt, tirx.IfThenElse):
+        counts = [_iterations(s) for s in (stmt.then_case, stmt.else_case) if s is not None]
+        return None if None in counts else max(counts)
+    body = getattr(stmt, "body", None)
+    if isinstance(body, tirx.Stmt):
+        return _iterations(body)
+    return 1 if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)) else 0  # (not a declaration)
+
+
+def _serial(stmt: tirx.Stmt, rewritten: list) -> tirx.Stmt:
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_serial(s, rewritten) for s in stmt.seq])
+    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
+        return stmt
+    rewritten.append(stmt)
+    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, stmt.body)
+
+
+def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc | None:
+    """`func` (scheduled) lowered as `claim_iterations` lowers it, with its top-level parallel
+    loops serial, when its innermost statements run fewer than `min_iterations` times in
+    all: waking the pool's threads for a parallel loop costs more than such a kernel saves
+    (10-15 us a loop on a 2-core Emerald Rapids whose idle workers sleep, `accel_target.threads`).
+    None if it is larger, of a symbolic size, has no parallel loop, or if TVM's lowering
+    rejects it lowered (as for `claim_iterations`: the int8 kernels' dot products)."""
+    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    work = _iterations(lowered.body)
+    if work is None or work >= min_iterations:
+        return None
+    rewritten = []
+    body = _serial(lowered.body, rewritten)
+    return _accepted(lowered.with_body(body)) if rewritten else None
+
+
+def _accepted(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """`func` (rewritten after `lower_blocks`), or None if the passes that the build runs on
+    it reject it (not the trailing compaction, which is ours, for the first lowering: on
+    claimed loops of a symbolic extent it costs tens of seconds)."""
+    try:
+        lower_blocks(compact_again=False)(tvm.IRModule({"main": func}))
+    except tvm.error.InternalError:  # (what TVM's failed checks raise)
+        return None
+    return func
+
+
 def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     """`func` (scheduled) lowered to a block-free function in which the threads claim the
     iterations of each top-level parallel loop: at most MAX_CLAIMS chunks of it, in `slices`
@@ -180,10 +237,4 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     body = _rewrite(lowered.body, slices, rewritten)
     if not rewritten:
         return None
-    claimed = lowered.with_body(body)
-    try:  # the passes the build runs on it (not the trailing compaction, which is ours, for the
-        # first lowering: on claimed loops of a symbolic extent it costs tens of seconds)
-        lower_blocks(compact_again=False)(tvm.IRModule({"main": claimed}))
-    except tvm.error.InternalError:  # (what TVM's failed checks raise)
-        return None
-    return claimed
+    return _accepted(lowered.with_body(body))

@@ -10,7 +10,7 @@ from tvm.script import tirx as T
 
 import accel_target
 import topi_accel
-from tests.helpers import assert_close, conv2d_module, rand, run_primfunc
+from tests.helpers import ISAS, assert_close, conv2d_module, rand, run_primfunc
 
 
 def _count_calls(n: int) -> tvm.tirx.PrimFunc:
@@ -97,17 +97,90 @@ def test_claimed_kernels_compute_what_they_did():
     assert_close(run_primfunc(topi_accel.claim_iterations(softmax, 2), [a], a.shape), e / e.sum(-1, keepdims=True))
 
 
+def _lowered_kernels(mod, target) -> list[str]:
+    with target:
+        optimized = accel_target.optimize(mod, target=target)
+        lowered = accel_target.pipeline.run_phases(optimized, target, "lowering", "lowering")["lowering"]
+    return [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
 def test_the_build_claims_every_parallel_loop_unless_single_core():
+    # 28x28x64 -> 64, 3x3: 29M multiply-adds, parallel on any ISA
     mod = conv2d_module(
-        rand(1, 8, 8, 16), rand(32, 3, 3, 16), True, padding=1, data_layout="NHWC", kernel_layout="OHWI"
+        rand(1, 28, 28, 64), rand(64, 3, 3, 64), True, padding=1, data_layout="NHWC", kernel_layout="OHWI"
     )
     for target, claimed in (
         (tvm.target.Target("accel"), True),
         (tvm.target.Target({"tag": "accel", "num-cores": 1}), False),
     ):
-        with target:
-            optimized = accel_target.optimize(mod, target=target)
-            lowered = accel_target.pipeline.run_phases(optimized, target, "lowering", "lowering")["lowering"]
-        kernels = [f.script() for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+        kernels = _lowered_kernels(mod, target)
         assert kernels and all((topi_accel.workshare.CLAIM in k) == claimed for k in kernels if "T.parallel" in k)
         assert any("T.parallel" in k for k in kernels) == claimed
+
+
+# (module, multiply-adds): a 8x8x16 -> 16 3x3 conv, below every ISA's threshold; a 64x256x32
+# Linear, whose kernel fuses the bias and prefetches its weight panels (lowered before this
+# step): below AVX-512's threshold (16 lanes), not AVX2's or SSE's
+KERNELS = {
+    "conv2d": (
+        lambda: conv2d_module(
+            rand(1, 8, 8, 16), rand(16, 3, 3, 16), True, padding=1, data_layout="NHWC", kernel_layout="OHWI"
+        ),
+        8 * 8 * 16 * 9 * 16,
+    ),
+    "dense": (lambda: accel_target.from_torch(torch.nn.Linear(256, 32).eval(), (torch.randn(64, 256),)), 64 * 256 * 32),
+}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_build_runs_a_small_kernel_on_the_calling_thread(isa, kernel):
+    make, work = KERNELS[kernel]
+    target = tvm.target.Target({**ISAS[isa], "num-cores": 2})
+    serial = work < topi_accel.tuning.MIN_PARALLEL_WORK_PER_LANE * topi_accel.cpu_knobs(target).lanes
+    kernels = _lowered_kernels(make(), target)
+    assert kernels and any("T.parallel" in k for k in kernels) != serial
+    if kernel == "dense":
+        assert all("prefetch" in k.lower() for k in kernels)
+
+
+# (extent, work per iteration, threshold, made serial)
+SERIAL_CASES = [
+    (100, 1, 101, True),  # 100 iterations, below 101
+    (100, 1, 100, False),  # at the threshold: parallel
+    (100, 64, 6401, True),  # an inner loop of 64 counts too
+    (100, 64, 6400, False),
+]
+
+
+@pytest.mark.parametrize("n,inner,threshold,serial", SERIAL_CASES)
+def test_serial_when_small(n, inner, threshold, serial):
+    @T.prim_func(s_tir=True)
+    def count(a: T.Buffer((n, inner), "int32")):
+        for i in T.parallel(n):
+            for j in range(inner):
+                with T.sblock("count"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    a[vi, vj] = a[vi, vj] + 1
+
+    func = topi_accel.workshare.serial_when_small(count, threshold)
+    assert (func is not None) == serial
+    if serial:
+        assert "T.parallel" not in func.script()
+        lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target("accel")).jit()
+        buf = tvm.runtime.tensor(np.zeros((n, inner), "int32"))
+        lib(buf)
+        assert (buf.numpy() == 1).all()
+
+
+def test_serial_when_small_leaves_a_symbolic_loop_parallel():
+    n = tvm.tirx.Var("n", "int64")
+
+    @T.prim_func(s_tir=True)
+    def count(a: T.Buffer((n,), "int32")):
+        for i in T.parallel(n):
+            with T.sblock("count"):
+                vi = T.axis.spatial(n, i)
+                a[vi] = a[vi] + 1
+
+    assert topi_accel.workshare.serial_when_small(count, 1 << 30) is None
