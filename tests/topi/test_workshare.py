@@ -13,7 +13,7 @@ import topi_accel
 from tests.helpers import ISAS, assert_close, conv2d_module, rand, run_primfunc
 
 
-def _count_calls(n: int) -> tvm.tirx.PrimFunc:
+def _count_calls(n) -> tvm.tirx.PrimFunc:
     # a[i] += 1 for every i < n, over a parallel loop (TVMScript misreads a docstring here)
     @T.prim_func(s_tir=True)
     def count(a: T.Buffer((n,), "int32")):
@@ -48,16 +48,7 @@ def test_every_iteration_runs_once_per_call(n, slices):
 def test_a_symbolic_extent_runs_every_iteration_once_at_any_size():
     """A symbolic loop's chunks are computed at run time: size 0 (no chunks, not a division by
     zero), below, at and above the claims of a loop."""
-    n = tvm.tirx.Var("n", "int64")
-
-    @T.prim_func(s_tir=True)
-    def count(a: T.Buffer((n,), "int32")):
-        for i in T.parallel(n):
-            with T.sblock("count"):
-                vi = T.axis.spatial(n, i)
-                a[vi] = a[vi] + 1
-
-    func = topi_accel.claim_iterations(count, 2)
+    func = topi_accel.claim_iterations(_count_calls(tvm.tirx.Var("n", "int64")), 2)
     assert topi_accel.workshare.CLAIM in func.script()
     lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target("accel")).jit()
     for size in [0, 1, 31, 97]:
@@ -174,13 +165,5 @@ def test_serial_when_small(n, inner, threshold, serial):
 
 
 def test_serial_when_small_leaves_a_symbolic_loop_parallel():
-    n = tvm.tirx.Var("n", "int64")
-
-    @T.prim_func(s_tir=True)
-    def count(a: T.Buffer((n,), "int32")):
-        for i in T.parallel(n):
-            with T.sblock("count"):
-                vi = T.axis.spatial(n, i)
-                a[vi] = a[vi] + 1
-
+    count = _count_calls(tvm.tirx.Var("n", "int64"))
     assert topi_accel.workshare.serial_when_small(count, 1 << 30) is None
