@@ -171,8 +171,8 @@ def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
 
 def _iterations(stmt: tirx.Stmt) -> int | None:
     """How many times the stores and calls of `stmt` run (loop extents multiplied down each
-    nest, added up across it; the larger branch of a condition); None if a loop's extent
-    is symbolic."""
+    nest, added up across it; the larger branch of a condition; blocks' bodies, not their
+    inits); None if a loop's extent is symbolic."""
     if isinstance(stmt, tirx.SeqStmt):
         counts = [_iterations(s) for s in stmt.seq]
         return None if None in counts else sum(counts)
@@ -184,7 +184,7 @@ def _iterations(stmt: tirx.Stmt) -> int | None:
     if isinstance(stmt, tirx.IfThenElse):
         counts = [_iterations(s) for s in (stmt.then_case, stmt.else_case) if s is not None]
         return None if None in counts else max(counts)
-    body = getattr(stmt, "body", None)
+    body = getattr(stmt, "block", None) or getattr(stmt, "body", None)  # (a block's realize: its block)
     if isinstance(body, tirx.Stmt):
         return _iterations(body)
     return 1 if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)) else 0  # (not a declaration)
@@ -206,10 +206,10 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc
     (10-15 us a loop on a 2-core Emerald Rapids whose idle workers sleep, `accel_target.threads`).
     None if it is larger, of a symbolic size, has no parallel loop, or if TVM's lowering
     rejects it lowered (as for `claim_iterations`: the int8 kernels' dot products)."""
-    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
-    work = _iterations(lowered.body)
+    work = _iterations(func.body)  # (counted before lowering: a large kernel is not lowered here)
     if work is None or work >= min_iterations:
         return None
+    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _serial(lowered.body, rewritten)
     return _accepted(lowered.with_body(body)) if rewritten else None
