@@ -169,14 +169,24 @@ _FUSION: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_fus
 @tvm.transform.module_pass(opt_level=0, name="NoteFusion")
 def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Between FuseOps and FuseTIR: put the group functions FuseOps made in the open
-    `_noting_fusion` log, for the report (reporting.fused_into); changes nothing."""
+    `_noting_fusion` log, once per call (identical groups share one function), in the order
+    the functions that are not groups call them, for the report (reporting.fused_into);
+    changes nothing."""
     log = _FUSION.get()
     if log is not None:
-        log.extend(
-            func
-            for func in mod.functions.values()
+        groups = {
+            gv: func
+            for gv, func in mod.functions.items()
             if isinstance(func, relax.Function) and func.attrs is not None and "Primitive" in func.attrs
-        )
+        }
+        for gv, func in mod.functions.items():
+            if isinstance(func, relax.Function) and gv not in groups:
+                log.extend(
+                    groups[binding.value.op]
+                    for block in func.body.blocks
+                    for binding in block.bindings
+                    if isinstance(binding.value, relax.Call) and binding.value.op in groups
+                )
     return mod
 
 

@@ -240,12 +240,12 @@ def decisions(segmented: dict, legalized: tvm.IRModule) -> dict:
     return out
 
 
-def _original_binding(inner: relax.VarBinding, legalized: tvm.IRModule, by_callee: dict, known: set, taken):
-    """The variable of the legalized binding that FuseOps moved into a group as `inner` under
-    a new variable (the group's output): the same kernel called on the same variables where
-    `inner` reads variables of the main function (`known`), anything where it reads the
-    group's parameters; not one already in `taken`. by_callee: kernel -> (variable, inputs)
-    of the legalized bindings that call it, in binding order."""
+def _original_binding(inner: relax.VarBinding, legalized: tvm.IRModule, by_callee: dict, mapped: dict, taken):
+    """The variable of the legalized binding that FuseOps moved into a group as `inner`: the
+    same kernel, not one already in `taken`, reading the legalized variables `mapped` gives
+    for the group's own variables it reads (the group's parameters and the variables of
+    another call of the same group read anything). by_callee: kernel -> (variable, inputs) of
+    the legalized bindings that call it, in binding order."""
     found = _kernel_call(legalized, inner.value)
     if found is None:
         return None
@@ -253,7 +253,7 @@ def _original_binding(inner: relax.VarBinding, legalized: tvm.IRModule, by_calle
     for var, inputs in by_callee.get(callee, ()):
         if var in taken or len(inputs) != len(args):
             continue
-        if all(a.same_as(b) for a, b in zip(args, inputs) if isinstance(a, relax.Var) and a in known):
+        if all(mapped[a].same_as(b) for a, b in zip(args, inputs) if isinstance(a, relax.Var) and a in mapped):
             return var
     return None
 
@@ -261,10 +261,11 @@ def _original_binding(inner: relax.VarBinding, legalized: tvm.IRModule, by_calle
 def fused_into(segmented: dict, legalized: tvm.IRModule, groups, function: str = "main") -> dict:
     """graph variable -> implementation of the accel kernel that FuseOps grouped its op with.
 
-    segmented: `segments` of the legalized module. groups: the functions FuseOps made (one
-    per group, before FuseTIR merged each into one kernel); a group with a kernel carrying
-    IMPL becomes that accel kernel. Their bindings keep the variables of the legalized
-    module, but for the group's output.
+    segmented: `segments` of the legalized module. groups: the functions FuseOps made, once
+    per call in call order (identical groups share one function: `pipeline.note_fusion`); a
+    group with a kernel carrying IMPL becomes that accel kernel. A group's bindings keep the
+    variables of the legalized module, but for its output, and for every call of a shared
+    function after the first: those are matched kernel by kernel (`_original_binding`).
     """
     legalized_bindings = _bindings(legalized[function])
     known = {b.var for b in legalized_bindings}
@@ -273,18 +274,29 @@ def fused_into(segmented: dict, legalized: tvm.IRModule, groups, function: str =
         found = _kernel_call(legalized, binding.value)
         if found is not None:
             by_callee.setdefault(found[0], []).append((binding.var, found[1]))
-    member: dict = {}
+    hosted = []
     for group in groups:
         inner = _bindings(group)
         impls = [kernel_impl(legalized, k[0]) for b in inner if (k := _kernel_call(legalized, b.value)) is not None]
         impl = next((i for i in impls if i is not None), None)
-        if impl is None:
+        if impl is not None:
+            hosted.append((inner, impl))
+    member: dict = {}
+    repeated = []
+    for inner, impl in hosted:  # first the bindings that kept their variable
+        if any(b.var in member for b in inner if b.var in known):
+            repeated.append((inner, impl))
             continue
+        member.update((b.var, impl) for b in inner if b.var in known)
+    for inner, impl in hosted:  # then the others: a group's output, the repeated calls
+        mapped = {} if any(inner is r for r, _ in repeated) else {b.var: b.var for b in inner if b.var in known}
         for binding in inner:
-            if binding.var in known:
-                member[binding.var] = impl
-            elif (var := _original_binding(binding, legalized, by_callee, known, member)) is not None:
+            if binding.var in mapped:
+                continue
+            var = _original_binding(binding, legalized, by_callee, mapped, member)
+            if var is not None:
                 member[var] = impl
+                mapped[binding.var] = var
     out = {}
     for var, bindings in segmented.items():
         impl = next((member[b.var] for b in bindings if b.var in member), None)

@@ -45,6 +45,16 @@ def test_elementwise_ops_in_a_kernel_write_back_are_reported_fused(cnn):
     assert all(r.kernel.startswith("fused into ") and r.kernel in str(report) for r in fused)
 
 
+def test_identical_blocks_are_each_reported_fused():
+    # FuseOps makes one function for identical groups; every call of it hosts its own ops
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU()) for _ in range(3)]
+    model, x = torch.nn.Sequential(*blocks).eval(), torch.randn(1, 8, 16, 16)
+    report = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", output_layout="NHWC").report
+    kinds = sorted((r.op, r.kind) for r in report.rows if r.op != "relax.nn.conv2d")
+    assert kinds == [("relax.add", "fused")] * 3 + [("relax.nn.relu", "fused")] * 3, str(report)
+
+
 def test_report_survives_save_and_load(cnn, tmp_path):
     executable = cnn[3]
     accel_target.save(executable, tmp_path / "cnn.so")
