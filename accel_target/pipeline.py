@@ -45,6 +45,7 @@ from strategy.registry import attempt, recording_declines, suspended
 from . import deploy
 from .deploy import AccelExecutable
 from .inplace import write_in_place
+from .launches import share_launches
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
 from .transforms import (
@@ -257,13 +258,15 @@ def no_alias_shape_functions(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """TVM's CPU dataflow lowering and finalization, shape functions marked no-alias like the
     kernels, then the steps the build applies to every lowered kernel (prefetches, claimed
-    iterations: topi_accel.tuning.lowered_kernel_steps, which the tuner runs too); last, as
-    they leave the kernels without the blocks that RewriteDataflowReshape reads."""
+    iterations: topi_accel.tuning.lowered_kernel_steps, which the tuner runs too), after
+    TVM's, as they leave the kernels without the blocks that RewriteDataflowReshape reads;
+    last, consecutive kernels merged into one launch of the thread pool (SharedLaunches)."""
     return (
         cpu_generic.pipeline.dataflow_lower_passes(target)
         + cpu_generic.pipeline.finalize_passes(target)
         + [no_alias_shape_functions]
         + [kernel_step(name, rewrite) for name, rewrite in topi_accel.tuning.lowered_kernel_steps(target)]
+        + [contained(share_launches)]
     )
 
 

@@ -34,6 +34,7 @@ from strategy.dispatch import FALLBACK, SKIPPED, describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
 from strategy.registry import Decline
 from topi_accel.epilogue import IMPL
+from topi_accel.shared_launch import MEMBERS, member_names
 
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 # kinds of OpRow: an accel kernel; TVM's kernel although an accel implementation exists (reason
@@ -108,15 +109,21 @@ def _kernel_call(mod: tvm.IRModule, expr) -> tuple[tvm.ir.GlobalVar, list] | Non
 
 def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of a module calls (call_tir, call_tir_inplace, or the
-    calls of a module lowered for the VM), accel's known by their IMPL attribute."""
+    calls of a module lowered for the VM), accel's known by their IMPL attribute; a shared
+    launch (accel_target.launches) counts as the kernels it runs (none a layout transform)."""
     calls = []
 
     def visit(expr) -> None:
         found = _kernel_call(mod, expr)
-        if found is not None:
-            gvar, inputs = found
-            const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
-            calls.append((gvar.name_hint, const, kernel_impl(mod, gvar) is not None))
+        if found is None:
+            return
+        gvar, inputs = found
+        members = (mod[gvar].attrs or {}).get(MEMBERS)
+        if members is not None:
+            calls.extend((str(name), False, bool(str(impl))) for name, impl in members)
+            return
+        const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
+        calls.append((gvar.name_hint, const, kernel_impl(mod, gvar) is not None))
 
     relax.analysis.post_order_visit(mod[function], visit)
     return _classify(calls)
@@ -135,7 +142,8 @@ def is_accel_kernel_name(name: str, computes: set[str]) -> bool:
 
 def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of an executable calls, read from its VM bytecode text
-    (TVM 0.27's VMExecutable gives no structured access to its instructions)."""
+    (TVM 0.27's VMExecutable gives no structured access to its instructions); a shared
+    launch by the names of the kernels it runs, in its own (accel_target.launches)."""
     calls, in_function, computes = [], False, accel_computes()
     for line in executable.as_text().splitlines():
         if line.startswith("@"):
@@ -144,6 +152,10 @@ def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> K
         match = _CALL.match(line)
         if in_function and match and not match.group(1).startswith("vm.builtin"):
             name, args = match.groups()
+            members = member_names(name)
+            if members is not None:
+                calls.extend((member, False, is_accel_kernel_name(member, computes)) for member in members)
+                continue
             inputs = [a.strip() for a in args.split(",")][:-1]  # the last argument is the output
             const = bool(inputs) and all(a.startswith("c[") for a in inputs)
             calls.append((name, const, is_accel_kernel_name(name, computes)))

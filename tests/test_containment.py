@@ -74,6 +74,7 @@ KERNEL_STEPS = [
     ("InsertPrefetches", topi_accel.prefetch, "insert_prefetches", lambda func: True),
     ("SerialSmallKernels", topi_accel.workshare, "serial_when_small", lambda func: True),
     ("ClaimIterations", topi_accel.workshare, "claim_iterations", lambda func: True),
+    ("SharedLaunches", topi_accel.shared_launch, "joining", lambda func: True),
 ]
 
 

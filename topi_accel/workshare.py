@@ -30,6 +30,8 @@ from .knobs import ceil_div
 
 CLAIM = "accel_claim_iteration"
 PEEK = "accel_claimed_so_far"
+# marks the loop that zeroes a claimed loop's counters (shared launches run it before their launch)
+CLAIM_RESET = "accel_claim_reset"
 # CLAIM: the counter's old value, incremented atomically; PEEK: its value, loaded atomically
 # (monotonic: the parallel launch and its join order the counters' reset and the results)
 CLAIM_LLVM_IR = f"""
@@ -147,6 +149,7 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
         const(slices),
         tirx.ForKind.SERIAL,
         tirx.BufferStore(counters, tirx.const(0, "int32"), [i * COUNTER_STRIDE]),
+        annotations={CLAIM_RESET: True},
     )
     par = tirx.For(slice_, const(0), const(slices), tirx.ForKind.PARALLEL, visit)
     return tirx.AttrStmt(
@@ -212,10 +215,10 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc
     lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _serial(lowered.body, rewritten)
-    return _accepted(lowered.with_body(body)) if rewritten else None
+    return accepted(lowered.with_body(body)) if rewritten else None
 
 
-def _accepted(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+def accepted(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` (rewritten after `lower_blocks`), or None if the passes that the build runs on
     it reject it (not the trailing compaction, which is ours, for the first lowering: on
     claimed loops of a symbolic extent it costs tens of seconds)."""
@@ -237,4 +240,4 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     body = _rewrite(lowered.body, slices, rewritten)
     if not rewritten:
         return None
-    return _accepted(lowered.with_body(body))
+    return accepted(lowered.with_body(body))

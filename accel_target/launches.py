@@ -1,0 +1,137 @@
+"""SharedLaunches: the kernels that `main` calls one after the other run in one launch of
+TVM's thread pool (`topi_accel.shared_launch`), instead of waking its sleeping workers once
+per kernel.
+
+It runs last, on the module lowered for the VM: the memory is planned by then, every
+kernel call is a call with its output buffers as arguments (in-place ones too), and
+between two kernel calls there are only the VM's allocations and releases. A run is a
+sequence of kernel calls that can join (`topi_accel.shared_launch.joining`) with nothing
+else between them but allocations, views (``vm.builtin.reshape``) and releases; it is
+cut to start and end with a kernel that has a parallel loop, and needs two such kernels.
+The run's allocations and views move before the merged call (they read no data, and the
+merged kernel runs its members in order), its releases after it.
+
+The layout transforms stay out of the runs, so that the VM's bytecode still shows them
+(`reporting.runtime_kernels`); the merged kernel is named after its members,
+``shared_launch<i>__<kernel>__<kernel>...`` (`topi_accel.shared_launch.member_names` reads
+it), and carries MEMBERS (the members' names and implementations, for
+`reporting.module_kernels`). A run that fails to merge is left as it was (declined).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, tirx
+
+from strategy.registry import attempt
+from topi_accel import shared_launch
+from topi_accel.epilogue import IMPL
+from topi_accel.shared_launch import MEMBERS, PREFIX, SEPARATOR
+
+from .reporting import TRANSFORM_KERNELS
+
+_MOVABLE = ("relax.vm.alloc_storage", "relax.vm.alloc_tensor")  # read no data
+_VIEWS = ("vm.builtin.reshape",)
+_RELEASE = "relax.vm.kill_object"
+
+
+def _role(binding: relax.Binding) -> str | None:
+    value = binding.value
+    if not isinstance(binding, relax.VarBinding) or not isinstance(value, relax.Call):
+        return None
+    if isinstance(value.op, tvm.ir.Op):
+        return "move" if value.op.name in _MOVABLE else "release" if value.op.name == _RELEASE else None
+    if isinstance(value.op, relax.ExternFunc) and str(value.op.global_symbol) in _VIEWS:
+        return "move"
+    if isinstance(value.op, tvm.ir.GlobalVar):
+        return "kernel"
+    return None
+
+
+class _Runs:
+    """The runs of one function's bindings and their merged kernels."""
+
+    def __init__(self, mod: tvm.IRModule):
+        self.mod, self.parts, self.count = mod, {}, 0
+        self.builder = relax.BlockBuilder(mod)  # (it gives the merged kernels typed GlobalVars)
+
+    def part(self, binding):
+        """The kernel the binding calls, `Joining`, if it can join a run, else None."""
+        gvar = binding.value.op
+        if gvar not in self.parts:
+            func, name = self.mod[gvar], gvar.name_hint
+            joins = (
+                isinstance(func, tirx.PrimFunc)
+                and SEPARATOR not in name
+                and not any(t in name for t in TRANSFORM_KERNELS)
+                and len(func.params) == len(binding.value.args)
+            )
+            self.parts[gvar] = attempt("SharedLaunches", name, shared_launch.joining, func) if joins else None
+        return self.parts[gvar]
+
+    def block(self, bindings: list) -> list:
+        out, i = [], 0
+        while i < len(bindings):
+            kernels, j = [], i  # the run from i: kernel calls and movable bindings
+            while j < len(bindings):
+                role = _role(bindings[j])
+                if role == "kernel" and self.part(bindings[j]) is not None:
+                    kernels.append(j)
+                elif role not in ("move", "release"):
+                    break
+                j += 1
+            parallel = [k for k in kernels if self.parts[bindings[k].value.op].parallel]
+            if len(parallel) < 2 or i != parallel[0]:
+                out.append(bindings[i])  # (a run starts at a parallel kernel)
+                i += 1
+                continue
+            end = parallel[-1] + 1
+            merged = attempt("SharedLaunches", bindings[i].value.op.name_hint, self.merge, bindings[i:end])
+            out += bindings[i:end] if merged is None else merged
+            i = end
+        return out
+
+    def merge(self, run: list) -> list:
+        """The bindings of `run` with its kernel calls as one: allocations and views first,
+        then the call, then the releases."""
+        calls = [b for b in run if _role(b) == "kernel"]
+        func, args = shared_launch.merge([(self.parts[b.value.op], list(b.value.args)) for b in calls])
+        names = [b.value.op.name_hint for b in calls]
+        name = SEPARATOR.join([f"{PREFIX}{self.count}", *names])
+        impls = [str((self.mod[b.value.op].attrs or {}).get(IMPL, "")) for b in calls]
+        func = func.with_attr("global_symbol", name).with_attr(MEMBERS, [[n, i] for n, i in zip(names, impls)])
+        gvar = self.builder.add_func(func, name)
+        self.count += 1
+        moved = [b for b in run if _role(b) == "move"]
+        released = [b for b in run if _role(b) == "release"]
+        call = self.builder.normalize(relax.Call(gvar, args))
+        return [*moved, relax.VarBinding(calls[0].var, call), *released]
+
+
+@tvm.transform.module_pass(opt_level=0, name="SharedLaunches")
+def share_launches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Every run of kernels in the module's Relax functions as one kernel with one launch
+    (see the module's docstring); the kernels merged into one are dropped where nothing
+    else calls them."""
+    runs = _Runs(mod)
+    for gvar, func in list(mod.functions_items()):
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        blocks = [relax.BindingBlock(runs.block(list(b.bindings))) for b in func.body.blocks]
+        body = relax.SeqExpr(blocks, func.body.body)
+        runs.builder.update_func(
+            gvar, relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+        )
+    mod = relax.transform.Normalize()(runs.builder.get())  # (types of the new expressions)
+    called = set()
+
+    def note(expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.GlobalVar):
+            called.add(expr.op)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, note)
+    for gvar in [g for g in runs.parts if g not in called]:
+        del mod[gvar]
+    return mod

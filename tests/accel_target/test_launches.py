@@ -1,0 +1,82 @@
+"""SharedLaunches (accel_target.launches): a model's consecutive kernels run in one launch
+of the thread pool, with the same bits as the kernels one by one, the report unchanged."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+
+import accel_target
+import topi_accel
+from accel_target import pipeline
+from tests.helpers import assert_close, run_executable
+
+
+class Blocks(nn.Module):
+    """Convs large enough to run on both cores, a residual add written in place, a pool, a
+    reshape and a dense: kernels, allocations, views and releases between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(16, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1)
+        self.c, self.fc = nn.Conv2d(32, 64, 1), nn.Linear(64, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        y = torch.relu(self.c(y + self.b(y)))
+        return self.fc(y.mean((2, 3)))
+
+
+@pytest.fixture(scope="module", name="blocks")
+def _blocks():
+    torch.manual_seed(0)
+    model, x = Blocks().eval(), torch.randn(1, 16, 32, 32)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    return accel_target.from_torch(model, (x,)), x.numpy(), ref
+
+
+def _unshared(mod, monkeypatch):
+    """`mod` built without SharedLaunches."""
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "share_launches", tvm.transform.module_pass(lambda m, _c: m, 0, "SharedLaunches"))
+        return accel_target.build(mod)
+
+
+def _called(executable) -> list[str]:
+    return [line.split()[1] for line in executable.as_text().splitlines() if line.strip().startswith("call ")]
+
+
+def test_consecutive_kernels_share_one_launch(blocks, monkeypatch):
+    mod, x, ref = blocks
+    shared, unshared = accel_target.build(mod), _unshared(mod, monkeypatch)
+    launches = [name for name in _called(shared) if name.startswith("shared_launch")]
+    assert len(launches) == 1, _called(shared)
+    members = topi_accel.shared_launch.member_names(launches[0])
+    assert len(members) >= 4 and not any(name.startswith("shared_launch") for name in _called(unshared))
+    # the report counts the kernels that run, whether they share a launch or not
+    assert shared.report.kernels == unshared.report.kernels
+    assert set(members) <= set(shared.report.kernels.calls)
+    out = run_executable(shared, x)
+    assert np.array_equal(out, run_executable(unshared, x))
+    assert_close(out, ref)
+
+
+def test_a_shared_launch_survives_separate_weights_save_and_load(blocks, tmp_path):
+    mod, x, ref = blocks
+    executable = accel_target.build(mod, weights="separate")
+    assert any(name.startswith("shared_launch") for name in _called(executable))
+    accel_target.save(executable, tmp_path / "blocks.so")
+    assert_close(accel_target.load(tmp_path / "blocks.so")(x).numpy(), ref)
+
+
+def test_a_run_that_fails_to_merge_is_left_as_it_was(blocks, monkeypatch):
+    mod, x, ref = blocks
+    monkeypatch.setattr(topi_accel.shared_launch, "merge", lambda members: 1 / 0)
+    executable = accel_target.build(mod)
+    assert not any(name.startswith("shared_launch") for name in _called(executable))
+    declines = executable.report.declines
+    assert [d.step for d in declines] == ["SharedLaunches"] and declines[0].reason.startswith("ZeroDivisionError")
+    assert declines[0].where in executable.report.kernels.calls
+    assert_close(run_executable(executable, x), ref)

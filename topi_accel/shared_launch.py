@@ -1,0 +1,157 @@
+"""Consecutive kernels as one kernel that launches TVM's thread pool once.
+
+Each top-level parallel loop of a kernel is a launch of TVM's thread pool: the calling
+thread hands each worker its share and waits for all of them. accel's idle workers sleep
+(`accel_target.threads`: spinning ones take the cores that other libraries' threads want
+next), so every launch wakes one: 10-15 us on a 2-core VM, a sixth of MobileNetV2's time.
+
+`merge` makes one kernel of kernels that run one after the other: a single launch
+(TVM's ``pragma_parallel_launch_point``) in which every top-level parallel loop of every
+kernel is split among the launch's tasks as TVM splits the loop of a launch of its own,
+followed by a barrier (``pragma_parallel_barrier_when_finish``) where the kernel's own
+launch would have ended. Inside a launch every task runs the whole body, so the rest moves:
+
+- what a kernel computes outside its parallel loops runs on the first task only (a
+  parallel loop of two iterations whose first one does it: a loop of one iteration would
+  be simplified away), then a barrier;
+- the buffers a kernel allocates outside its parallel loops, and the zeroing of its
+  claimed loops' counters (`workshare`, marked CLAIM_RESET), come before the launch, so
+  that every task sees the same ones;
+- the kernels' parameters become declarations (views) of the merged kernel's parameters,
+  one per distinct argument of the calls.
+
+A kernel joins only as TVM's lowering leaves it (`joining`): static shapes, parallel loops
+at the top level only, and lowered again without error (not the int8 kernels, see
+`workshare.claim_iterations`). `accel_target.launches` finds the runs in `main`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, tirx
+
+from .workshare import CLAIM_RESET, accepted, lower_blocks
+
+LAUNCH = "pragma_parallel_launch_point"
+BARRIER = "pragma_parallel_barrier_when_finish"
+IMPORT_LLVM = "pragma_import_llvm"
+# a merged kernel's name: PREFIX<i>, then its members' names, SEPARATOR between them (the only
+# sign of them in the VM's bytecode); its MEMBERS attribute: [[name, implementation or ""], ...]
+PREFIX, SEPARATOR = "shared_launch", "__"
+MEMBERS = "accel.shared_launch_members"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A lowered kernel taken apart for `merge`: its parameters; what runs before the launch
+    (`before`: allocations, counters zeroed); inside it, in order (`inside`: declarations,
+    then each piece of work followed by a barrier); the LLVM IR it imports; whether it has
+    a parallel loop at all."""
+
+    params: tuple
+    before: tuple
+    inside: tuple
+    imports: tuple[str, ...]
+    parallel: bool
+
+
+@dataclass(frozen=True)
+class Joining:
+    """A kernel that can join a shared launch: lowered, and whether it has a parallel loop."""
+
+    lowered: tirx.PrimFunc
+    parallel: bool
+
+
+def member_names(name: str) -> list[str] | None:
+    """The kernels that the merged kernel named `name` runs, or None if it is not one."""
+    head, *members = name.split(SEPARATOR)
+    return members if head.startswith(PREFIX) and members else None
+
+
+def _has_parallel(stmt: tirx.Stmt) -> bool:
+    if isinstance(stmt, tirx.SeqStmt):
+        return any(_has_parallel(s) for s in stmt.seq)
+    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL:
+        return True
+    if isinstance(stmt, tirx.IfThenElse):
+        return any(_has_parallel(s) for s in (stmt.then_case, stmt.else_case) if s is not None)
+    body = getattr(stmt, "body", None)
+    return isinstance(body, tirx.Stmt) and _has_parallel(body)
+
+
+def _top_level(stmt: tirx.Stmt, imports: list) -> list:
+    """The statements of a lowered kernel's body in order, LLVM imports peeled off."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return [t for s in stmt.seq for t in _top_level(s, imports)]
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == IMPORT_LLVM:
+        imports.append(str(stmt.value.value))
+        return _top_level(stmt.body, imports)
+    return [stmt]
+
+
+def _then_barrier(stmt: tirx.Stmt) -> tirx.Stmt:
+    return tirx.AttrStmt(tirx.const(0, "int32"), BARRIER, 1, stmt)
+
+
+def _first_task_only(stmt: tirx.Stmt) -> tirx.Stmt:
+    task = tirx.Var("task", "int32")
+    return tirx.For(task, 0, 2, tirx.ForKind.PARALLEL, tirx.IfThenElse(task == 0, stmt, None))
+
+
+def joining(func: tirx.PrimFunc) -> Joining | None:
+    """`func` (a kernel, scheduled or lowered) lowered, if it can join a shared launch (see
+    the module's docstring), else None."""
+    if not all(hasattr(p.ty, "shape") and all(isinstance(d, tirx.IntImm) for d in p.ty.shape) for p in func.params):
+        return None
+    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    found = _parts(lowered) if accepted(lowered) is not None else None
+    return None if found is None else Joining(lowered, found.parallel)
+
+
+def _parts(lowered: tirx.PrimFunc) -> Parts | None:
+    before, inside, imports, parallel = [], [], [], False
+    for stmt in _top_level(lowered.body, imports):
+        if isinstance(stmt, tirx.AllocBuffer):
+            before.append(stmt)
+        elif isinstance(stmt, (tirx.DeclBuffer, tirx.Bind)):
+            inside.append(stmt)
+        elif isinstance(stmt, tirx.For) and CLAIM_RESET in stmt.annotations:
+            before.append(stmt)
+        elif isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL:
+            if _has_parallel(stmt.body):
+                return None
+            inside.append(_then_barrier(stmt))
+            parallel = True
+        elif _has_parallel(stmt):  # (a parallel loop inside a serial one: a launch per iteration)
+            return None
+        else:
+            inside.append(_then_barrier(_first_task_only(stmt)))
+    return Parts(tuple(lowered.params), tuple(before), tuple(inside), tuple(imports), parallel)
+
+
+def merge(members: list[tuple[Joining, list]]) -> tuple[tirx.PrimFunc, list]:
+    """One kernel for the kernels (`joining`, arguments of the call) called in this order:
+    (the kernel, the arguments to call it with). Arguments are told apart by `same_as`."""
+    args, params, before, inside, imports = [], [], [], [], []
+    for kernel, call_args in members:
+        part = _parts(s_tir.renew_defs(kernel.lowered))  # (variables of its own for each call)
+        for param, arg in zip(part.params, call_args, strict=True):
+            index = next((i for i, known in enumerate(args) if known.same_as(arg)), None)
+            if index is None:
+                index = len(args)
+                args.append(arg)
+                params.append(tirx.Var(f"arg{index}", param.ty))
+            inside.append(tirx.DeclBuffer(param, data=params[index].data))
+        before += part.before
+        inside += part.inside
+        imports += [ir for ir in part.imports if ir not in imports]
+    body = tirx.SeqStmt([*before, tirx.AttrStmt(tirx.const(0, "int32"), LAUNCH, 1, tirx.SeqStmt(inside))])
+    for ir in imports:
+        body = tirx.AttrStmt(tirx.const(0, "int32"), IMPORT_LLVM, tvm.ir.StringImm(ir), body)
+    func = tirx.PrimFunc(params, body).with_attr("tirx.noalias", True)
+    if accepted(func) is None:
+        raise ValueError("TVM's lowering rejects the merged kernel")
+    return func, args
