@@ -15,10 +15,14 @@ The layout transforms stay out of the runs, so that the VM's bytecode still show
 (`reporting.runtime_kernels`); the merged kernel is named after its members,
 ``shared_launch<i>__<kernel>__<kernel>...`` (`topi_accel.shared_launch.member_names` reads
 it), and carries MEMBERS (the members' names and implementations, for
-`reporting.module_kernels`). A run that fails to merge is left as it was (declined).
+`reporting.module_kernels`). A run that fails to merge is left as it was (declined); a
+build that fails with shared launches is made again without them (`accel_target.build`).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import tvm
 from tvm import relax, tirx
@@ -26,13 +30,30 @@ from tvm import relax, tirx
 from strategy.registry import attempt
 from topi_accel import shared_launch
 from topi_accel.epilogue import IMPL
-from topi_accel.shared_launch import MEMBERS, PREFIX, SEPARATOR
+from topi_accel.shared_launch import MAX_MEMBERS, MEMBERS, PREFIX, SEPARATOR
 
 from .reporting import TRANSFORM_KERNELS
 
 _MOVABLE = ("relax.vm.alloc_storage", "relax.vm.alloc_tensor")  # read no data
 _VIEWS = ("vm.builtin.reshape",)
 _RELEASE = "relax.vm.kill_object"
+_OFF = contextvars.ContextVar("accel_shared_launches_off", default=False)
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within this block, SharedLaunches leaves modules as they are (every kernel launches
+    the pool itself, and a VM instrument times each one)."""
+    token = _OFF.set(True)
+    try:
+        yield
+    finally:
+        _OFF.reset(token)
+
+
+def shares(mod: tvm.IRModule) -> bool:
+    """Whether `mod` has a kernel that SharedLaunches merged."""
+    return any(isinstance(f, tirx.PrimFunc) and MEMBERS in (f.attrs or {}) for f in mod.functions.values())
 
 
 def _role(binding: relax.Binding) -> str | None:
@@ -73,7 +94,7 @@ class _Runs:
         out, i = [], 0
         while i < len(bindings):
             kernels, j = [], i  # the run from i: kernel calls and movable bindings
-            while j < len(bindings):
+            while j < len(bindings) and len(kernels) < MAX_MEMBERS:
                 role = _role(bindings[j])
                 if role == "kernel" and self.part(bindings[j]) is not None:
                     kernels.append(j)
@@ -112,7 +133,15 @@ class _Runs:
 def share_launches(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Every run of kernels in the module's Relax functions as one kernel with one launch
     (see the module's docstring); the kernels merged into one are dropped where nothing
-    else calls them."""
+    else calls them. Contained by run (and as a whole), not by a well-formedness check of
+    the module: that costs seconds on a model of ResNet-50's size."""
+    if _OFF.get():
+        return mod
+    shared = attempt("SharedLaunches", "module", _share, mod)
+    return mod if shared is None else shared
+
+
+def _share(mod: tvm.IRModule) -> tvm.IRModule:
     runs = _Runs(mod)
     for gvar, func in list(mod.functions_items()):
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):

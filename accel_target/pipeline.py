@@ -42,7 +42,7 @@ from strategy import select
 from strategy import strict as strict_mode
 from strategy.registry import attempt, recording_declines, suspended
 
-from . import deploy
+from . import deploy, launches
 from .deploy import AccelExecutable
 from .inplace import write_in_place
 from .launches import share_launches
@@ -266,7 +266,7 @@ def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
         + cpu_generic.pipeline.finalize_passes(target)
         + [no_alias_shape_functions]
         + [kernel_step(name, rewrite) for name, rewrite in topi_accel.tuning.lowered_kernel_steps(target)]
-        + [contained(share_launches)]
+        + [share_launches]  # (contained by run)
     )
 
 
@@ -444,7 +444,14 @@ def build(
             lowered, lifted = deploy.lift_weights(lowered)
         target = tvm.target.Target(target)
         final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
-        executable = tvm.compile(final, target=target, relax_pipeline=None)
+        executable = None
+        if launches.shares(final):  # (their kernels are checked one by one, not merged: see SharedLaunches)
+            executable = attempt("SharedLaunches", "module", lambda: tvm.compile(final, target, relax_pipeline=None))
+            if executable is None:
+                with launches.disabled():
+                    final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
+        if executable is None:
+            executable = tvm.compile(final, target=target, relax_pipeline=None)
     # the kernels main calls, read from the module the executable is made of
     return AccelExecutable(executable, report.with_kernels(module_kernels(final)).with_declines(declines), lifted)
 

@@ -79,7 +79,7 @@ def test_registered_pipeline_runs_the_same_phases():
     steps = [name for name, _ in topi_accel.tuning.lowered_kernel_steps(target)]
     # the tuner's replay (finish_kernel) and the build's last passes but one are one list
     passes = [p.info.name for p in pipeline.lowering_passes(target)]
-    assert passes[-len(steps) - 1 :] == [*steps, "ContainedSharedLaunches"]
+    assert passes[-len(steps) - 1 :] == [*steps, "SharedLaunches"]
     single = tvm.target.Target({"tag": "accel", "num-cores": 1})
     single_steps = [name for name, _ in topi_accel.tuning.lowered_kernel_steps(single)]
     assert single_steps == ["SizesNonNegative", "InsertPrefetches"]

@@ -9,7 +9,7 @@ from torch import nn
 
 import accel_target
 import topi_accel
-from accel_target import pipeline
+from accel_target import launches
 from tests.helpers import assert_close, run_executable
 
 
@@ -37,10 +37,9 @@ def _blocks():
     return accel_target.from_torch(model, (x,)), x.numpy(), ref
 
 
-def _unshared(mod, monkeypatch):
+def _unshared(mod):
     """`mod` built without SharedLaunches."""
-    with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "share_launches", tvm.transform.module_pass(lambda m, _c: m, 0, "SharedLaunches"))
+    with launches.disabled():
         return accel_target.build(mod)
 
 
@@ -48,9 +47,9 @@ def _called(executable) -> list[str]:
     return [line.split()[1] for line in executable.as_text().splitlines() if line.strip().startswith("call ")]
 
 
-def test_consecutive_kernels_share_one_launch(blocks, monkeypatch):
+def test_consecutive_kernels_share_one_launch(blocks):
     mod, x, ref = blocks
-    shared, unshared = accel_target.build(mod), _unshared(mod, monkeypatch)
+    shared, unshared = accel_target.build(mod), _unshared(mod)
     launches = [name for name in _called(shared) if name.startswith("shared_launch")]
     assert len(launches) == 1, _called(shared)
     members = topi_accel.shared_launch.member_names(launches[0])
@@ -79,4 +78,22 @@ def test_a_run_that_fails_to_merge_is_left_as_it_was(blocks, monkeypatch):
     declines = executable.report.declines
     assert [d.step for d in declines] == ["SharedLaunches"] and declines[0].reason.startswith("ZeroDivisionError")
     assert declines[0].where in executable.report.kernels.calls
+    assert_close(run_executable(executable, x), ref)
+
+
+def test_a_build_that_fails_with_shared_launches_is_made_without_them(blocks, monkeypatch):
+    mod, x, ref = blocks
+    compile_ = tvm.compile
+
+    def failing_with_shared_launches(final, *args, **kwargs):
+        if launches.shares(final):
+            raise RuntimeError("boom")
+        return compile_(final, *args, **kwargs)
+
+    monkeypatch.setattr(tvm, "compile", failing_with_shared_launches)
+    executable = accel_target.build(mod)
+    assert not any(name.startswith("shared_launch") for name in _called(executable))
+    assert [(d.step, d.where, d.reason) for d in executable.report.declines] == [
+        ("SharedLaunches", "module", "RuntimeError: boom")
+    ]
     assert_close(run_executable(executable, x), ref)
