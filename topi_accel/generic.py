@@ -13,7 +13,8 @@ With symbolic row extents (a dynamic BERT's [batch, seq, 768]) the row loop is t
 of them, the others serial around it; a single block's symbolic outer loops are fused
 into its parallel loop as static ones are. Work is estimated at the representative size of
 each shape variable. (Unscheduled, a dynamic BERT's layer norm took 4x the static one's
-time, and its head transposes ran on one thread.)
+time, and its head transposes ran on one thread.) A reduction over a symbolic innermost
+extent is vectorized last, with a runtime tail (topi_accel.reductions).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import math
 
 from tvm import ir, s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
+from tvm.target import Target
 
+from .knobs import cpu_knobs
+from .reductions import vector_lanes
 from .symbolic import REPRESENTATIVE_ROWS
 
 # below this many iterations of work a parallel region costs more than it saves
@@ -178,7 +182,15 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
 
 def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func`, one of TVM's own kernels, with the outer spatial loops of its top-level blocks
-    parallel; None if unchanged."""
+    parallel, and its reductions over a symbolic innermost extent in vector partial results
+    (topi_accel.reductions); None if unchanged."""
+    scheduled = _parallel_loops(func)
+    vectorized = vector_lanes(scheduled or func, _symbolic_lanes)
+    return vectorized or scheduled
+
+
+def _parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """`func` with the outer spatial loops of its top-level blocks parallel; None if unchanged."""
     sch = s_tir.Schedule(func)
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -223,3 +235,13 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         if window:
             _vectorize_init(sch, block)
     return sch.mod["main"] if changed else None
+
+
+def _symbolic_lanes(extent) -> int:
+    """Vector partial results of a reduction over a symbolic extent: the target's float32 lanes,
+    at most one per VECTOR_RUN elements of the representative extent (as `_vector_partial_sums`
+    takes for a static one); 0 without an LLVM target in scope."""
+    target = Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm" or _size(extent) < 4 * VECTOR_RUN:
+        return 0
+    return min(cpu_knobs(target).lanes, _size(extent) // VECTOR_RUN)

@@ -18,7 +18,16 @@ from accel_target.transforms import (
     convert_input_layout,
 )
 from strategy.layout import constant_array
-from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_relax, single_op_module
+from tests.helpers import (
+    ISAS,
+    assert_close,
+    isa_params,
+    rand,
+    run_executable,
+    run_primfunc,
+    run_relax,
+    single_op_module,
+)
 
 
 def _ops(mod):
@@ -292,6 +301,48 @@ def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
         a = rand(n, 12, s, s)
         e = np.exp(a - a.max(-1, keepdims=True))
         assert_close(run_primfunc(softmax, [a], a.shape), e / e.sum(-1, keepdims=True))
+
+
+# runtime lengths of a symbolic reduction axis: 1, shorter than a vector, primes, 128 and around it
+SYMBOLIC_LENGTHS = [1, 2, 7, 97, 128, 131]
+
+
+@pytest.mark.parametrize("target", isa_params("avx512", "avx2"))
+def test_parallelize_vectorizes_symbolic_reductions_with_a_tail(target):
+    """Softmax over [batch, 12, seq, seq] and a sum and a max over [rows, n] with the reduced
+    extent symbolic: each reduction in vector partial results ("_lanes", the target's vectors)
+    and a tail, right at lengths shorter than a vector, primes and 128."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    scores = te.placeholder((batch, 12, seq, seq))
+    rows, n = tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("n", "int64")
+    x = te.placeholder((rows, n))
+    with tvm.target.Target(target):
+        softmax = topi_accel.parallelize(te.create_prim_func([scores, topi.nn.fast_softmax(scores, -1)]))
+        total = topi_accel.parallelize(te.create_prim_func([x, topi.sum(x, axis=-1)]))
+        largest = topi_accel.parallelize(te.create_prim_func([x, topi.max(x, axis=-1)]))
+    for func in (softmax, total, largest):
+        assert "_lanes" in func.script() and "T.vectorized(T.int64(8))" in func.script()
+    for s in SYMBOLIC_LENGTHS:
+        a = rand(2, 12, s, s)
+        e = np.exp(a - a.max(-1, keepdims=True))
+        assert_close(run_primfunc(softmax, [a], a.shape, target), e / e.sum(-1, keepdims=True))
+        a = rand(5, s)
+        assert_close(run_primfunc(total, [a], (5,), target), a.sum(-1))
+        np.testing.assert_array_equal(run_primfunc(largest, [a], (5,), target), a.max(-1))
+
+
+def test_symbolic_reduction_lanes_come_from_the_target():
+    """A symbolic extent of 4 x seq (512 at the representative size) gets the target's vector
+    lanes: 16 on AVX-512, 8 on AVX2; none without a target (the reduction is left as it is)."""
+    from topi_accel.generic import _symbolic_lanes
+
+    extent = 4 * tvm.tirx.Var("seq", "int64")
+    for name, lanes in [("avx512", 16), ("avx2", 8)]:
+        with tvm.target.Target(ISAS[name]):
+            assert _symbolic_lanes(extent) == lanes
+    assert _symbolic_lanes(extent) == 0
+    x = te.placeholder((tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("n", "int64")))
+    assert "_lanes" not in topi_accel.parallelize(te.create_prim_func([x, topi.sum(x, axis=-1)])).script()
 
 
 def test_parallelize_splits_a_symbolic_transpose():
