@@ -98,7 +98,7 @@ def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) 
     """The loop nest of the module docstring for one reduction."""
     block, store = realize.block, realize.block.body
     n, index = loop.extent, loop.extent.ty
-    rf = tirx.decl_buffer((lanes,), store.buffer.dtype, f"{block.name_hint}_lanes", scope="local")
+    rf = tirx.decl_buffer((lanes,), store.buffer.dtype, f"{block.name_hint}_lanes")
     known = [*buffers, rf]
     lanes0, lane, lane1, k0, tail = (tirx.Var(name, index) for name in ("lane", "lane", "lane", "k0", "k_tail"))
     whole = tirx.floordiv(n, lanes) * lanes
