@@ -229,6 +229,9 @@ def test_symbolic_columns_write_whole_tiles_unguarded(target):
     func = _attention_scores(target)
     versioned = topi_accel.whole_tiles(func)
     assert versioned is not None and versioned.script().count('T.sblock("batch_matmul_kn")') == 2
+    # K^T's packing copies a whole column block as it is: no bound, no clamp (LLVM vectorizes it)
+    pack = next(line for line in func.script().splitlines() if "batch_matmul_kn_pack[v_p, v_jo, v_r, v_ji] =" in line)
+    assert "T.if_then_else(v_jo < seq // T.int64(" in pack and "b[v_p, v_r, v_jo * T.int64(" in pack
     lib = _library(func, target)
     for batch, seq in [(1, 1), (1, 15), (2, 16), (1, 17), (1, 31), (1, 32), (2, 33), (1, 97), (1, 128)]:
         a, b = rand(batch * 12, seq, 64), rand(batch * 12, 64, seq)
