@@ -283,16 +283,16 @@ def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
 
 def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
     """Layer norm over [batch, seq, 768] and softmax over [batch, 12, seq, seq] with batch and
-    seq symbolic (a dynamic BERT's): row by row under one parallel loop, the sequence one
-    (the outer loops serial around it: fusing them would index by a symbolic division), and
-    right at sizes 1, primes and 128."""
+    seq symbolic (a dynamic BERT's): row by row under one parallel loop over all the rows (no
+    serial loop around it: each of its iterations would wake the thread pool), and right at
+    sizes 1, primes and 128."""
     batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
     x, gp, bp = te.placeholder((batch, seq, 768)), te.placeholder((768,)), te.placeholder((768,))
     norm = topi_accel.parallelize(te.create_prim_func([x, gp, bp, topi.nn.layer_norm(x, gp, bp, axis=[-1])]))
-    assert norm.script().count("T.parallel(seq)") == 1 and "T.vectorized(16)" in norm.script()
+    assert norm.script().count("T.parallel(batch * seq)") == 1 and "T.vectorized(16)" in norm.script()
     scores = te.placeholder((batch, 12, seq, seq))
     softmax = topi_accel.parallelize(te.create_prim_func([scores, topi.nn.fast_softmax(scores, -1)]))
-    assert softmax.script().count("T.parallel") == 1 and "T.parallel(seq)" in softmax.script()
+    assert softmax.script().count("T.parallel") == 1 and "T.parallel(batch * seq * T.int64(12))" in softmax.script()
     g, b = rand(768), rand(768)
     for n, s in [(1, 1), (2, 7), (1, 128), (3, 97)]:
         a = rand(n, s, 768)
