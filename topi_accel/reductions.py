@@ -14,9 +14,11 @@ symbolic extent ``n`` around one reduction block becomes
 
 with ``L`` chosen by the caller (topi_accel.generic: the target's float32 vector lanes, at
 most one per VECTOR_RUN elements of the representative extent). The partial results are
-combined in another order than the serial loop's, as the static kernels' rfactor does. A
-dynamic BERT's softmax over 128 columns took 3.3x the static one's time before, 2x after
-(1 thread; the rest is its elementwise loops over the symbolic extent, left to LLVM).
+combined in another order than the serial loop's, as the static kernels' rfactor does. They
+are kept in a global-scope buffer of constant size, which TVM's LowerTVMBuiltin puts on the
+stack (a local-scope one becomes a workspace allocation, per row). A dynamic BERT's softmax
+over 128 columns took 3.3x the static one's time before, 1.2x after (1 thread; what is left
+is the workspace allocation per row of its symbolic-length intermediate row).
 """
 
 from __future__ import annotations
