@@ -71,6 +71,7 @@ KERNEL_STEPS = [
     ("InlineEpilogue", topi_accel, "inline_epilogue", _accel),
     ("Parallelize", topi_accel, "parallelize", lambda func: not _accel(func)),
     ("SizesNonNegative", topi_accel.symbolic, "sizes_non_negative", lambda func: True),
+    ("WholeTiles", topi_accel.wholetiles, "whole_tiles", lambda func: True),
     ("InsertPrefetches", topi_accel.prefetch, "insert_prefetches", lambda func: True),
     ("SerialSmallKernels", topi_accel.workshare, "serial_when_small", lambda func: True),
     ("ClaimIterations", topi_accel.workshare, "claim_iterations", lambda func: True),

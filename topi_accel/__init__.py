@@ -41,6 +41,7 @@ from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from .knobs import CPUKnobs, cpu_knobs
 from .prefetch import insert_prefetches
+from .wholetiles import whole_tiles
 from .winograd import (
     WinogradConfig,
     conv2d_winograd,
@@ -83,6 +84,7 @@ __all__ = [
     "inline_epilogue",
     "kernel_pack_map",
     "parallelize",
+    "whole_tiles",
     "schedule_conv2d_nhwc_ohwi",
     "schedule_dense_kn",
     "tune_conv2d",

@@ -9,11 +9,13 @@ another block is inlined into it, and a reduction over a small window
 A function of several blocks over the same rows (softmax, norms) is computed
 row by row under one parallel loop, each row's intermediates in cache, its
 long reductions as vectorizable partial results: 5.6x on BERT's softmax.
-With symbolic row extents (a dynamic BERT's [batch, seq, 768]) the row loop is the last
-of them, the others serial around it; a single block's symbolic outer loops are fused
-into its parallel loop as static ones are. Work is estimated at the representative size of
-each shape variable. (Unscheduled, a dynamic BERT's layer norm took 4x the static one's
-time, and its head transposes ran on one thread.)
+Symbolic outer loops (a dynamic BERT's [batch, 12, seq, seq]) are fused into the parallel
+loop as static ones are: with the outer ones serial around a parallel one, the thread pool
+was woken 12 x batch times per softmax (2 threads: 365 us, 76 fused; static 63). Work is
+estimated at the representative size of each shape variable. (Unscheduled, a dynamic
+BERT's layer norm took 4x the static one's time, and its head transposes ran on one
+thread.) A reduction over a symbolic innermost extent is vectorized last, with a runtime
+tail (topi_accel.reductions).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import math
 
 from tvm import ir, s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
+from tvm.target import Target
 
+from .knobs import cpu_knobs
+from .reductions import vector_lanes
 from .symbolic import REPRESENTATIVE_ROWS
 
 # below this many iterations of work a parallel region costs more than it saves
@@ -146,9 +151,9 @@ def _lanes_innermost(sch: s_tir.Schedule, block, depth: int) -> None:
 
 def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """Every block computed under the output's parallel row loop (all its spatial loops but
-    the innermost fused; with symbolic extents, the last of them, the others serial around
-    it: fusing them would index by a symbolic division); None where that does not fit, or
-    would recompute a producer per row."""
+    the innermost fused; symbolic ones fused last, `_fuse_symbolic_rows`: a row's index
+    divisions cost less than a parallel region per outer iteration); None where that does
+    not fit, or would recompute a producer per row."""
     sch = s_tir.Schedule(_vector_partial_sums(func))
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     out = blocks[-1]
@@ -170,15 +175,41 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
             per_row = _extent(sch, sch.get_loops(block)[depth:])
             if per_row * rows > 2 * work[sch.get(block).name_hint]:
                 return None  # each row needs much more than its share: recomputation
-        sch.parallel(row)
+        if static:
+            sch.parallel(row)
+            return sch.mod["main"]
+        sch.parallel(row)  # (checked: every row's blocks are independent of the others')
     except ScheduleError:
         return None
+    return _fuse_symbolic_rows(sch.mod["main"], len(spatial) - 1)
+
+
+def _fuse_symbolic_rows(func: tirx.PrimFunc, depth: int) -> tirx.PrimFunc:
+    """`func` with its `depth` outer row loops (the innermost parallel, its rows independent)
+    fused into one parallel loop. TVM's checks refuse to parallelize a loop whose iterations
+    are found by symbolic divisions (not affine to them); the unfused loop passed them."""
+    sch = s_tir.Schedule(func, enable_check=False)
+    out = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    loops = sch.get_loops(out)[:depth]
+    try:
+        fused = sch.fuse(*loops)
+        sch.parallel(fused)
+    except ScheduleError:
+        return func
     return sch.mod["main"]
 
 
 def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func`, one of TVM's own kernels, with the outer spatial loops of its top-level blocks
-    parallel; None if unchanged."""
+    parallel, and its reductions over a symbolic innermost extent in vector partial results
+    (topi_accel.reductions); None if unchanged."""
+    scheduled = _parallel_loops(func)
+    vectorized = vector_lanes(scheduled or func, _symbolic_lanes)
+    return vectorized or scheduled
+
+
+def _parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """`func` with the outer spatial loops of its top-level blocks parallel; None if unchanged."""
     sch = s_tir.Schedule(func)
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -223,3 +254,13 @@ def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         if window:
             _vectorize_init(sch, block)
     return sch.mod["main"] if changed else None
+
+
+def _symbolic_lanes(extent) -> int:
+    """Vector partial results of a reduction over a symbolic extent: the target's float32 lanes,
+    at most one per VECTOR_RUN elements of the representative extent (as `_vector_partial_sums`
+    takes for a static one); 0 without an LLVM target in scope."""
+    target = Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm" or _size(extent) < 4 * VECTOR_RUN:
+        return 0
+    return min(cpu_knobs(target).lanes, _size(extent) // VECTOR_RUN)

@@ -23,7 +23,7 @@ from dataclasses import asdict
 import tvm
 from tvm import tirx
 
-from . import prefetch, symbolic, workshare
+from . import prefetch, symbolic, wholetiles, workshare
 from .epilogue import accel_impl
 from .knobs import cpu_knobs
 
@@ -92,13 +92,15 @@ def min_parallel_work(func: tirx.PrimFunc, knobs) -> int:
 
 def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
     """(name, rewrite) of each step the build applies to every kernel after TVM's lowering, in
-    order: shape parameters known non-negative (topi_accel.symbolic), the prefetches the
+    order: shape parameters known non-negative (topi_accel.symbolic), whole tiles written back
+    without their tail conditions (topi_accel.wholetiles), the prefetches the
     schedules asked for (topi_accel.prefetch), then, on a target with several cores, small
     kernels made serial and the parallel loops of the others claimed by the threads
     (topi_accel.workshare)."""
     knobs = cpu_knobs(target)
     steps: list[tuple[str, KernelRewrite]] = [
         ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),
+        ("WholeTiles", lambda func: wholetiles.whole_tiles(func)),
         ("InsertPrefetches", lambda func: prefetch.insert_prefetches(func)),
     ]
     if knobs.parallel:

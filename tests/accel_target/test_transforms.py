@@ -18,7 +18,16 @@ from accel_target.transforms import (
     convert_input_layout,
 )
 from strategy.layout import constant_array
-from tests.helpers import assert_close, rand, run_executable, run_primfunc, run_relax, single_op_module
+from tests.helpers import (
+    ISAS,
+    assert_close,
+    isa_params,
+    rand,
+    run_executable,
+    run_primfunc,
+    run_relax,
+    single_op_module,
+)
 
 
 def _ops(mod):
@@ -274,16 +283,16 @@ def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
 
 def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
     """Layer norm over [batch, seq, 768] and softmax over [batch, 12, seq, seq] with batch and
-    seq symbolic (a dynamic BERT's): row by row under one parallel loop, the sequence one
-    (the outer loops serial around it: fusing them would index by a symbolic division), and
-    right at sizes 1, primes and 128."""
+    seq symbolic (a dynamic BERT's): row by row under one parallel loop over all the rows (no
+    serial loop around it: each of its iterations would wake the thread pool), and right at
+    sizes 1, primes and 128."""
     batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
     x, gp, bp = te.placeholder((batch, seq, 768)), te.placeholder((768,)), te.placeholder((768,))
     norm = topi_accel.parallelize(te.create_prim_func([x, gp, bp, topi.nn.layer_norm(x, gp, bp, axis=[-1])]))
-    assert norm.script().count("T.parallel(seq)") == 1 and "T.vectorized(16)" in norm.script()
+    assert norm.script().count("T.parallel(batch * seq)") == 1 and "T.vectorized(16)" in norm.script()
     scores = te.placeholder((batch, 12, seq, seq))
     softmax = topi_accel.parallelize(te.create_prim_func([scores, topi.nn.fast_softmax(scores, -1)]))
-    assert softmax.script().count("T.parallel") == 1 and "T.parallel(seq)" in softmax.script()
+    assert softmax.script().count("T.parallel") == 1 and "T.parallel(batch * seq * T.int64(12))" in softmax.script()
     g, b = rand(768), rand(768)
     for n, s in [(1, 1), (2, 7), (1, 128), (3, 97)]:
         a = rand(n, s, 768)
@@ -292,6 +301,52 @@ def test_parallelize_computes_symbolic_layer_norm_and_softmax_row_by_row():
         a = rand(n, 12, s, s)
         e = np.exp(a - a.max(-1, keepdims=True))
         assert_close(run_primfunc(softmax, [a], a.shape), e / e.sum(-1, keepdims=True))
+
+
+# runtime lengths of a symbolic reduction axis: 1, shorter than a vector, primes, 128 and around it
+SYMBOLIC_LENGTHS = [1, 2, 7, 97, 128, 131]
+
+
+@pytest.mark.parametrize("target", isa_params("avx512", "avx2"))
+def test_parallelize_vectorizes_symbolic_reductions_with_a_tail(target):
+    """Softmax over [batch, 12, seq, seq] and a sum and a max over [rows, n] with the reduced
+    extent symbolic: each reduction in vector partial results ("_lanes", the target's vectors)
+    and a tail, right at lengths shorter than a vector, primes and 128."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    scores = te.placeholder((batch, 12, seq, seq))
+    rows, n = tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("n", "int64")
+    x = te.placeholder((rows, n))
+    with tvm.target.Target(target):
+        softmax = topi_accel.parallelize(te.create_prim_func([scores, topi.nn.fast_softmax(scores, -1)]))
+        total = topi_accel.parallelize(te.create_prim_func([x, topi.sum(x, axis=-1)]))
+        largest = topi_accel.parallelize(te.create_prim_func([x, topi.max(x, axis=-1)]))
+    for func in (softmax, total, largest):
+        assert "_lanes" in func.script() and "T.vectorized(T.int64(8))" in func.script()
+    # the partial results live on the stack: a workspace allocation per row cost more than the vectors saved
+    lib = tvm.compile(tvm.IRModule({"main": total}), tvm.target.Target(target))
+    llvm = lib.mod.inspect_source("ll") if hasattr(lib, "mod") else lib.inspect_source("ll")
+    assert "_lanes = tail call ptr" not in llvm and "alloca" in llvm
+    for s in SYMBOLIC_LENGTHS:
+        a = rand(2, 12, s, s)
+        e = np.exp(a - a.max(-1, keepdims=True))
+        assert_close(run_primfunc(softmax, [a], a.shape, target), e / e.sum(-1, keepdims=True))
+        a = rand(5, s)
+        assert_close(run_primfunc(total, [a], (5,), target), a.sum(-1))
+        np.testing.assert_array_equal(run_primfunc(largest, [a], (5,), target), a.max(-1))
+
+
+def test_symbolic_reduction_lanes_come_from_the_target():
+    """A symbolic extent of 4 x seq (512 at the representative size) gets the target's vector
+    lanes: 16 on AVX-512, 8 on AVX2; none without a target (the reduction is left as it is)."""
+    from topi_accel.generic import _symbolic_lanes
+
+    extent = 4 * tvm.tirx.Var("seq", "int64")
+    for name, lanes in [("avx512", 16), ("avx2", 8)]:
+        with tvm.target.Target(ISAS[name]):
+            assert _symbolic_lanes(extent) == lanes
+    assert _symbolic_lanes(extent) == 0
+    x = te.placeholder((tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("n", "int64")))
+    assert "_lanes" not in topi_accel.parallelize(te.create_prim_func([x, topi.sum(x, axis=-1)])).script()
 
 
 def test_parallelize_splits_a_symbolic_transpose():

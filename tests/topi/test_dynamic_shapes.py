@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from tvm.script import tirx as T
 
 import topi_accel
 from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand
@@ -210,3 +211,62 @@ def test_symbolic_register_tile_has_the_tiles_indices(kernel):
     name = next(n for n in ("dense_kn_acc_local", "batch_matmul_kn_acc_local") if f"{n}[" in script)
     indices = _accumulator_indices(script, name)
     assert indices and not any("fused" in index or "T.max" in index for index in indices), indices
+
+
+def _attention_scores(target):
+    """Q @ K^T of a dynamic BERT: [batch * 12, seq, 64] x [batch * 12, 64, seq], one ``seq``."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    with tvm.target.Target(target):
+        cfg = topi_accel.batch_matmul_config(seq, seq)
+    return topi_accel.batch_matmul_kn_func((batch, 12), seq, 64, seq, cfg)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_symbolic_columns_write_whole_tiles_unguarded(target):
+    """A symbolic-N batch matmul writes a whole register tile back without its tail condition
+    (vectorized stores), a partial one as before: right at
+    sequence lengths around the tile's columns (n_block 16 or 32) and rows."""
+    func = _attention_scores(target)
+    versioned = topi_accel.whole_tiles(func)
+    assert versioned is not None and versioned.script().count('T.sblock("batch_matmul_kn")') == 2
+    # K^T's packing copies a whole column block as it is: no bound, no clamp (LLVM vectorizes it)
+    pack = next(line for line in func.script().splitlines() if "batch_matmul_kn_pack[v_p, v_jo, v_r, v_ji] =" in line)
+    assert "T.if_then_else(v_jo < seq // T.int64(" in pack and "b[v_p, v_r, v_jo * T.int64(" in pack
+    lib = _library(func, target)
+    for batch, seq in [(1, 1), (1, 15), (2, 16), (1, 17), (1, 31), (1, 32), (2, 33), (1, 97), (1, 128)]:
+        a, b = rand(batch * 12, seq, 64), rand(batch * 12, 64, seq)
+        assert_close(_call(lib, [a, b], (batch, 12, seq, seq)), (a @ b).reshape(batch, 12, seq, seq))
+
+
+def _guarded_copy(condition):
+    """y[i] = 2 x[i] over 32 elements in vectors of 16, under `condition` (of o, lane, n)."""
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.Buffer((32,), "float32"), n: T.int64, y: T.Buffer((32,), "float32")):
+        for o in range(T.int64(2)):
+            for lane in T.vectorized(T.int64(16)):
+                with T.sblock("y"):
+                    v = T.axis.spatial(T.int64(32), o * T.int64(16) + lane)
+                    T.where(condition(o, lane, n))
+                    y[v] = x[v] * T.float32(2)
+
+    return func
+
+
+def test_whole_tiles_needs_a_condition_that_tightens_along_the_loops():
+    """A write-back guarded by ``element < n`` runs unguarded when its last element passes
+    (right at every n); one guarded by ``element >= 3``, which the last element passing does
+    not imply for the others, is left as it is; so is a static kernel's."""
+    below = _guarded_copy(lambda o, lane, n: o * T.int64(16) + lane < n)
+    versioned = topi_accel.whole_tiles(below)
+    assert versioned is not None and "if " in versioned.script()
+    lib = tvm.compile(tvm.IRModule({"main": versioned}), "llvm").jit()
+    x = rand(32)
+    for n in (0, 3, 15, 16, 17, 31, 32):
+        out = tvm.runtime.tensor(np.zeros(32, "float32"))
+        lib(tvm.runtime.tensor(x), n, out)
+        assert_close(out.numpy(), np.where(np.arange(32) < n, 2 * x, 0))
+    assert topi_accel.whole_tiles(_guarded_copy(lambda o, lane, n: T.int64(3) <= o * T.int64(16) + lane)) is None
+    with tvm.target.Target("accel"):
+        cfg = topi_accel.batch_matmul_config(128, 128)
+    assert topi_accel.whole_tiles(topi_accel.batch_matmul_kn_func((1, 12), 128, 64, 128, cfg)) is None
