@@ -26,9 +26,11 @@ to 1.6 times its time alone, where TVM's defaults gave 8 to 40 times, spin 1000 
 pinned workers up to 167 times and spin 1000 unpinned up to 19 times (in some
 processes: whether another library's spinning thread sits on the worker's core is
 luck). What they cost, in a process that runs nothing else: waking the worker for
-every kernel (spin 1000 unpinned: ResNet-50 23.1 instead of 25.9 ms, MobileNetV2 3.1
-instead of 3.8 ms; measured before SerialSmallKernels, which runs small kernels without
-waking it, `topi_accel.workshare`), and a worker woken on the caller's core now and then (a
+every launch of the pool (spin 1000 unpinned: ResNet-50 23.1 instead of 25.9 ms, MobileNetV2
+3.1 instead of 3.8 ms, measured before SerialSmallKernels, which runs small kernels without
+waking it, `topi_accel.workshare`, and SharedLaunches, which runs up to 8 consecutive
+kernels in one launch, `accel_target.launches`: MobileNetV2 4.23 -> 3.54 ms, ResNet-50 28.3
+-> 26.2 in one A/B run), and a worker woken on the caller's core now and then (a
 single-kernel model called in a loop from a process that had used PyTorch: a
 256x1024x1024 dense in 3.6 ms instead of 2.0). A process that runs accel alone may
 set ``TVM_THREAD_POOL_SPIN_COUNT=1000`` before importing accel_target.
