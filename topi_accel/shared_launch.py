@@ -165,5 +165,9 @@ def merge(members: list[tuple[Joining, list]]) -> tuple[tirx.PrimFunc, list]:
     for ir in imports:
         body = tirx.AttrStmt(tirx.const(0, "int32"), IMPORT_LLVM, tvm.ir.StringImm(ir), body)
     # (not checked here: the lowering of a merged kernel takes superlinear time in its size, and
-    # accel_target.build builds again without shared launches where the build fails)
+    # accel_target.build builds again without shared launches where the build fails).
+    # noalias as every kernel (TVM's LLVM code generator drops it from all of a module's
+    # functions if one lacks it), though the VM's memory plan may give two arguments the same
+    # memory: tensors that never live at once, read and written by different kernels, whose
+    # code runs in the launch's closure, the barriers (opaque calls) between them
     return tirx.PrimFunc(params, body).with_attr("tirx.noalias", True), args
