@@ -73,13 +73,13 @@ class _Runs:
     """The runs of one function's bindings and their merged kernels."""
 
     def __init__(self, mod: tvm.IRModule):
-        self.mod, self.parts, self.count = mod, {}, 0
+        self.mod, self.joining, self.count = mod, {}, 0  # joining: kernel -> Joining or None
         self.builder = relax.BlockBuilder(mod)  # (it gives the merged kernels typed GlobalVars)
 
     def part(self, binding):
         """The kernel the binding calls, `Joining`, if it can join a run, else None."""
         gvar = binding.value.op
-        if gvar not in self.parts:
+        if gvar not in self.joining:
             func, name = self.mod[gvar], gvar.name_hint
             joins = (
                 isinstance(func, tirx.PrimFunc)
@@ -87,8 +87,8 @@ class _Runs:
                 and not any(t in name for t in TRANSFORM_KERNELS)
                 and len(func.params) == len(binding.value.args)
             )
-            self.parts[gvar] = attempt("SharedLaunches", name, shared_launch.joining, func) if joins else None
-        return self.parts[gvar]
+            self.joining[gvar] = attempt("SharedLaunches", name, shared_launch.joining, func) if joins else None
+        return self.joining[gvar]
 
     def block(self, bindings: list) -> list:
         out, i = [], 0
@@ -101,7 +101,7 @@ class _Runs:
                 elif role not in ("move", "release"):
                     break
                 j += 1
-            parallel = [k for k in kernels if self.parts[bindings[k].value.op].parallel]
+            parallel = [k for k in kernels if self.joining[bindings[k].value.op].parallel]
             if len(parallel) < 2 or i != parallel[0]:
                 out.append(bindings[i])  # (a run starts at a parallel kernel)
                 i += 1
@@ -116,7 +116,7 @@ class _Runs:
         """The bindings of `run` with its kernel calls as one: allocations and views first,
         then the call, then the releases."""
         calls = [b for b in run if _role(b) == "kernel"]
-        func, args = shared_launch.merge([(self.parts[b.value.op], list(b.value.args)) for b in calls])
+        func, args = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
         names = [b.value.op.name_hint for b in calls]
         name = SEPARATOR.join([f"{PREFIX}{self.count}", *names])
         impls = [str((self.mod[b.value.op].attrs or {}).get(IMPL, "")) for b in calls]
@@ -161,6 +161,6 @@ def _share(mod: tvm.IRModule) -> tvm.IRModule:
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, note)
-    for gvar in [g for g in runs.parts if g not in called]:
+    for gvar in [g for g in runs.joining if g not in called]:
         del mod[gvar]
     return mod

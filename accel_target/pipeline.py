@@ -444,13 +444,15 @@ def build(
             lowered, lifted = deploy.lift_weights(lowered)
         target = tvm.target.Target(target)
         final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
-        executable = None
-        if launches.shares(final):  # (their kernels are checked one by one, not merged: see SharedLaunches)
+        # shared launches are checked kernel by kernel, not merged (SharedLaunches): where the
+        # build fails with them, it is made again without them
+        if launches.shares(final):
             executable = attempt("SharedLaunches", "module", lambda: tvm.compile(final, target, relax_pipeline=None))
-            if executable is None:
-                with launches.disabled():
-                    final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
+        else:
+            executable = tvm.compile(final, target=target, relax_pipeline=None)
         if executable is None:
+            with launches.disabled():
+                final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
             executable = tvm.compile(final, target=target, relax_pipeline=None)
     # the kernels main calls, read from the module the executable is made of
     return AccelExecutable(executable, report.with_kernels(module_kernels(final)).with_declines(declines), lifted)

@@ -294,14 +294,14 @@ def fused_into(segmented: dict, legalized: tvm.IRModule, groups, function: str =
         if impl is not None:
             hosted.append((inner, impl))
     member: dict = {}
-    repeated = []
-    for inner, impl in hosted:  # first the bindings that kept their variable
-        if any(b.var in member for b in inner if b.var in known):
-            repeated.append((inner, impl))
-            continue
-        member.update((b.var, impl) for b in inner if b.var in known)
-    for inner, impl in hosted:  # then the others: a group's output, the repeated calls
-        mapped = {} if any(inner is r for r, _ in repeated) else {b.var: b.var for b in inner if b.var in known}
+    calls = []  # (bindings, implementation, group variable -> legalized variable)
+    for inner, impl in hosted:  # first the bindings that kept their variable (a first call)
+        kept = [b.var for b in inner if b.var in known]
+        first = not any(var in member for var in kept)
+        if first:
+            member.update((var, impl) for var in kept)
+        calls.append((inner, impl, {var: var for var in kept} if first else {}))
+    for inner, impl, mapped in calls:  # then the others: a group's output, the repeated calls
         for binding in inner:
             if binding.var in mapped:
                 continue

@@ -175,13 +175,10 @@ def _row_by_row(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
             per_row = _extent(sch, sch.get_loops(block)[depth:])
             if per_row * rows > 2 * work[sch.get(block).name_hint]:
                 return None  # each row needs much more than its share: recomputation
-        if static:
-            sch.parallel(row)
-            return sch.mod["main"]
         sch.parallel(row)  # (checked: every row's blocks are independent of the others')
     except ScheduleError:
         return None
-    return _fuse_symbolic_rows(sch.mod["main"], len(spatial) - 1)
+    return sch.mod["main"] if static else _fuse_symbolic_rows(sch.mod["main"], depth)
 
 
 def _fuse_symbolic_rows(func: tirx.PrimFunc, depth: int) -> tirx.PrimFunc:

@@ -27,6 +27,8 @@ from collections.abc import Callable
 
 from tvm import ir, s_tir, sym, tirx
 
+from .blocks import block_buffers, block_realize, fresh_iter_vars, rewrite_loops
+
 # sum, max and min: the combiners whose partial results may be combined in any order
 _COMBINERS = (tirx.Add, tirx.Max, tirx.Min)
 
@@ -76,26 +78,6 @@ def _reduction(loop: tirx.For):
     return realize, reduce[0], type(value)
 
 
-def _fresh(iter_vars, *exprs):
-    """Copies of `iter_vars` (new variables) and `exprs` in terms of them: the pieces of one
-    reduction each define its block variables (TIR defines a variable once)."""
-    old = [iv.var for iv in iter_vars]
-    new = [tirx.IterVar(iv.dom, tirx.Var(iv.var.name, iv.var.ty.dtype), iv.iter_type) for iv in iter_vars]
-    mapping = {a: b.var for a, b in zip(old, new)}
-    moved = [
-        tirx.PrimFunc(old, tirx.Evaluate(e) if not isinstance(e, tirx.Stmt) else e).specialize(mapping).body
-        for e in exprs
-    ]
-    return new, [m.value if not isinstance(e, tirx.Stmt) else m for e, m in zip(exprs, moved)]
-
-
-def _block(name, iter_vars, values, body, buffers, init=None) -> s_tir.SBlockRealize:
-    """A block of `body` with its read and write regions detected."""
-    block = s_tir.SBlock(iter_vars, [], [], name, body, init)
-    reads, writes = s_tir.analysis.get_sblock_read_write_region(block, {b: b for b in buffers})
-    return s_tir.SBlockRealize(values, True, s_tir.SBlock(iter_vars, reads, writes, name, body, init))
-
-
 def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) -> tirx.Stmt:
     """The loop nest of the module docstring for one reduction."""
     block, store = realize.block, realize.block.body
@@ -112,15 +94,15 @@ def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) 
     def with_reduce(expr):
         return values[:reduce] + [expr] + values[reduce + 1 :]
 
-    init = _block(
+    init = block_realize(
         "_".join((block.name_hint, "lanes_init")),
         [vl_init],
         [lanes0],
         tirx.BufferStore(rf, _identity(op, rf.dtype), [vl_init.var]),
         known,
     )
-    update_vars, (term,) = _fresh(block.iter_vars, store.value.b)
-    update = _block(
+    update_vars, (term,) = fresh_iter_vars(block.iter_vars, store.value.b)
+    update = block_realize(
         f"{block.name_hint}_lanes",
         [*update_vars, vl],
         [*with_reduce(k0 * lanes + lane), lane],
@@ -128,7 +110,7 @@ def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) 
         known,
     )
     kept = [i for i in range(len(block.iter_vars)) if i != reduce]
-    combine_vars, (combined, init_store) = _fresh(
+    combine_vars, (combined, init_store) = fresh_iter_vars(
         [block.iter_vars[i] for i in kept],
         tirx.BufferStore(
             store.buffer,
@@ -137,11 +119,11 @@ def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) 
         ),
         block.init,
     )
-    combine = _block(
+    combine = block_realize(
         block.name_hint, [*combine_vars, vl1], [*(values[i] for i in kept), lane1], combined, known, init_store
     )
-    tail_vars, (tail_store,) = _fresh(block.iter_vars, store)
-    rest = _block(f"{block.name_hint}_tail", tail_vars, with_reduce(tail), tail_store, known)
+    tail_vars, (tail_store,) = fresh_iter_vars(block.iter_vars, store)
+    rest = block_realize(f"{block.name_hint}_tail", tail_vars, with_reduce(tail), tail_store, known)
     vector = tirx.ForKind.VECTORIZED
     body = tirx.SeqStmt(
         [
@@ -162,56 +144,18 @@ def _split(loop: tirx.For, realize, reduce: int, op: type, lanes: int, buffers) 
     return s_tir.SBlockRealize([], True, s_tir.SBlock([], reads, writes, wrapper.name_hint, body, None, [rf]))
 
 
-def _rewrite(stmt: tirx.Stmt, lanes: Callable, buffers: list, done: list) -> tirx.Stmt:
-    def recurse(s):
-        return _rewrite(s, lanes, buffers, done)
-
-    if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([recurse(s) for s in stmt.seq])
-    if isinstance(stmt, s_tir.SBlockRealize):
-        b = stmt.block
-        body = recurse(b.body)
-        if body.same_as(b.body):
-            return stmt
-        block = s_tir.SBlock(
-            b.iter_vars, b.reads, b.writes, b.name_hint, body, b.init, b.alloc_buffers, b.match_buffers, b.annotations
-        )
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    if isinstance(stmt, tirx.For):
-        found = _reduction(stmt)
-        if found is not None and lanes(stmt.extent) > 1:
-            done.append(found[0].block.name_hint)
-            return _split(stmt, *found, lanes(stmt.extent), buffers)
-        body = recurse(stmt.body)
-        if body.same_as(stmt.body):
-            return stmt
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
-    return stmt
-
-
-def _buffers(func: tirx.PrimFunc) -> list:
-    """The buffers the blocks of `func` allocate, read or write."""
-    found = []
-
-    def visit(stmt):
-        if isinstance(stmt, tirx.SeqStmt):
-            for s in stmt.seq:
-                visit(s)
-        elif isinstance(stmt, s_tir.SBlockRealize):
-            block = stmt.block
-            found.extend([*block.alloc_buffers, *(r.source for r in (*block.reads, *block.writes))])
-            visit(block.body)
-        elif isinstance(stmt, tirx.For):
-            visit(stmt.body)
-
-    visit(func.body)
-    return found
-
-
 def vector_lanes(func: tirx.PrimFunc, lanes: Callable[[tirx.PrimExpr], int]) -> tirx.PrimFunc | None:
     """`func` (scheduled: no schedule primitive runs on it afterwards) with each reduction over
     a serial loop of symbolic extent split into ``lanes(extent)`` vector partial results and a
     tail (the module docstring; fewer than 2 lanes: left as it is); None if none is split."""
-    done = []
-    body = _rewrite(func.body, lanes, _buffers(func), done)
+    buffers, done = block_buffers(func), []
+
+    def at_loop(loop: tirx.For) -> tirx.Stmt | None:
+        found = _reduction(loop)
+        if found is None or lanes(loop.extent) < 2:
+            return None
+        done.append(found[0].block.name_hint)
+        return _split(loop, *found, lanes(loop.extent), buffers)
+
+    body = rewrite_loops(func.body, at_loop)
     return func.with_body(body) if done else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tvm import ir, s_tir, sym, tirx
 
-from .reductions import _block, _buffers, _fresh
+from .blocks import block_buffers, block_realize, fresh_iter_vars, rewrite_loops, substitute
 
 
 def _vars_in(expr, loops) -> bool:
@@ -24,9 +24,7 @@ def _vars_in(expr, loops) -> bool:
 
 def _at_last(expr, loops):
     """`expr` with each loop's variable at its last iteration."""
-    mapping = {loop.loop_var: loop.min + loop.extent - 1 for loop in loops}
-    variables = list(mapping)
-    return tirx.PrimFunc(variables, tirx.Evaluate(expr)).specialize(mapping).body.value
+    return substitute(expr, {loop.loop_var: loop.min + loop.extent - 1 for loop in loops})
 
 
 def _guard(cond, loops, analyzer: sym.Analyzer):
@@ -63,62 +61,14 @@ def _nest(stmt):
 def _unguarded(loops, realize, buffers) -> tirx.Stmt:
     """A copy of the nest (its own variables) without the block's condition."""
     block = realize.block
-    fresh = [tirx.Var(loop.loop_var.name, loop.loop_var.ty.dtype) for loop in loops]
-    old = [loop.loop_var for loop in loops]
-    values = [
-        tirx.PrimFunc(old, tirx.Evaluate(v)).specialize(dict(zip(old, fresh))).body.value for v in realize.iter_values
-    ]
-    iter_vars, (body,) = _fresh(block.iter_vars, block.body)
-    stmt = _block(block.name_hint, iter_vars, values, body, buffers)
-    annotated = stmt.block
-    if block.annotations:
-        annotated = s_tir.SBlock(
-            annotated.iter_vars,
-            annotated.reads,
-            annotated.writes,
-            annotated.name_hint,
-            body,
-            None,
-            [],
-            [],
-            block.annotations,
+    fresh = {loop.loop_var: tirx.Var(loop.loop_var.name, loop.loop_var.ty.dtype) for loop in loops}
+    values = [substitute(v, fresh) for v in realize.iter_values]
+    iter_vars, (body,) = fresh_iter_vars(block.iter_vars, block.body)
+    stmt = block_realize(block.name_hint, iter_vars, values, body, buffers, annotations=block.annotations)
+    for loop in reversed(loops):
+        stmt = tirx.For(
+            fresh[loop.loop_var], loop.min, loop.extent, loop.kind, stmt, loop.thread_binding, loop.annotations
         )
-    stmt = s_tir.SBlockRealize(values, True, annotated)
-    for loop, var in reversed(list(zip(loops, fresh))):
-        stmt = tirx.For(var, loop.min, loop.extent, loop.kind, stmt, loop.thread_binding, loop.annotations)
-    return stmt
-
-
-def _rewrite(stmt, buffers, done: list):
-    def recurse(s):
-        return _rewrite(s, buffers, done)
-
-    if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([recurse(s) for s in stmt.seq])
-    if isinstance(stmt, s_tir.SBlockRealize):
-        b = stmt.block
-        body = recurse(b.body)
-        if body.same_as(b.body):
-            return stmt
-        block = s_tir.SBlock(
-            b.iter_vars, b.reads, b.writes, b.name_hint, body, b.init, b.alloc_buffers, b.match_buffers, b.annotations
-        )
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    if isinstance(stmt, tirx.For):
-        nest = _nest(stmt)
-        if nest is not None and _vars_in(nest[1].predicate, nest[0][-1:]):
-            loops, realize = nest
-            analyzer = sym.Analyzer()
-            for loop in loops:
-                analyzer.bind(loop.loop_var, ir.Range.from_min_extent(loop.min, loop.extent))
-            guard = _guard(realize.predicate, loops, analyzer)
-            if guard is not None:
-                done.append(realize.block.name_hint)
-                return tirx.IfThenElse(analyzer.simplify(guard), _unguarded(loops, realize, buffers), stmt)
-        body = recurse(stmt.body)
-        if body.same_as(stmt.body):
-            return stmt
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
     return stmt
 
 
@@ -126,6 +76,21 @@ def whole_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` (scheduled, blocks kept) with each vectorized write-back whose condition depends on
     the vector lane run without it where the condition holds for the whole nest (module
     docstring); None if there is none."""
-    done = []
-    body = _rewrite(func.body, _buffers(func), done)
+    buffers, done = block_buffers(func), []
+
+    def at_loop(loop: tirx.For) -> tirx.Stmt | None:
+        nest = _nest(loop)
+        if nest is None or not _vars_in(nest[1].predicate, nest[0][-1:]):
+            return None
+        loops, realize = nest
+        analyzer = sym.Analyzer()
+        for each in loops:
+            analyzer.bind(each.loop_var, ir.Range.from_min_extent(each.min, each.extent))
+        guard = _guard(realize.predicate, loops, analyzer)
+        if guard is None:
+            return None
+        done.append(realize.block.name_hint)
+        return tirx.IfThenElse(analyzer.simplify(guard), _unguarded(loops, realize, buffers), loop)
+
+    body = rewrite_loops(func.body, at_loop)
     return func.with_body(body) if done else None
