@@ -35,8 +35,11 @@ from topi_accel.shared_launch import MAX_MEMBERS, MEMBERS, PREFIX, SEPARATOR
 from .reporting import TRANSFORM_KERNELS
 
 _MOVABLE = ("relax.vm.alloc_storage", "relax.vm.alloc_tensor")  # read no data
-_VIEWS = ("vm.builtin.reshape",)
+# a view, and a shape read from the shape heap: no kernel of a run writes the heap (a call
+# that takes it, a shape function, ends the run, as does the VM's match_shape)
+_VIEWS = ("vm.builtin.reshape", "vm.builtin.make_shape")
 _RELEASE = "relax.vm.kill_object"
+_SHAPE_HEAP = "vm.builtin.alloc_shape_heap"
 _OFF = contextvars.ContextVar("accel_shared_launches_off", default=False)
 
 
@@ -56,7 +59,8 @@ def shares(mod: tvm.IRModule) -> bool:
     return any(isinstance(f, tirx.PrimFunc) and MEMBERS in (f.attrs or {}) for f in mod.functions.values())
 
 
-def _role(binding: relax.Binding) -> str | None:
+def _role(binding: relax.Binding, heaps: set) -> str | None:
+    """What `binding` is to a run (None: it ends one); `heaps`: the function's shape heaps."""
     value = binding.value
     if not isinstance(binding, relax.VarBinding) or not isinstance(value, relax.Call):
         return None
@@ -64,9 +68,22 @@ def _role(binding: relax.Binding) -> str | None:
         return "move" if value.op.name in _MOVABLE else "release" if value.op.name == _RELEASE else None
     if isinstance(value.op, relax.ExternFunc) and str(value.op.global_symbol) in _VIEWS:
         return "move"
-    if isinstance(value.op, tvm.ir.GlobalVar):
+    if isinstance(value.op, tvm.ir.GlobalVar) and not any(a in heaps for a in value.args):
         return "kernel"
     return None
+
+
+def _shape_heaps(func: relax.Function) -> set:
+    """The variables of `func` bound to the VM's shape heap (of a function of symbolic shapes)."""
+    return {
+        b.var
+        for block in func.body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+        and isinstance(b.value.op, tvm.ir.Op)
+        and b.value.op.name == "relax.call_builtin_with_ctx"
+        and str(b.value.args[0].global_symbol) == _SHAPE_HEAP
+    }
 
 
 class _Runs:
@@ -74,6 +91,7 @@ class _Runs:
 
     def __init__(self, mod: tvm.IRModule):
         self.mod, self.joining, self.count = mod, {}, 0  # joining: kernel -> Joining or None
+        self.heaps = set()  # (of the function whose blocks it is given)
         self.builder = relax.BlockBuilder(mod)  # (it gives the merged kernels typed GlobalVars)
 
     def part(self, binding):
@@ -95,7 +113,7 @@ class _Runs:
         while i < len(bindings):
             kernels, j = [], i  # the run from i: kernel calls and movable bindings
             while j < len(bindings) and len(kernels) < MAX_MEMBERS:
-                role = _role(bindings[j])
+                role = _role(bindings[j], self.heaps)
                 if role == "kernel" and self.part(bindings[j]) is not None:
                     kernels.append(j)
                 elif role not in ("move", "release"):
@@ -115,7 +133,7 @@ class _Runs:
     def merge(self, run: list) -> list:
         """The bindings of `run` with its kernel calls as one: allocations and views first,
         then the call, then the releases."""
-        calls = [b for b in run if _role(b) == "kernel"]
+        calls = [b for b in run if _role(b, self.heaps) == "kernel"]
         func, args = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
         names = [b.value.op.name_hint for b in calls]
         name = SEPARATOR.join([f"{PREFIX}{self.count}", *names])
@@ -123,8 +141,8 @@ class _Runs:
         func = func.with_attr("global_symbol", name).with_attr(MEMBERS, [[n, i] for n, i in zip(names, impls)])
         gvar = self.builder.add_func(func, name)
         self.count += 1
-        moved = [b for b in run if _role(b) == "move"]
-        released = [b for b in run if _role(b) == "release"]
+        moved = [b for b in run if _role(b, self.heaps) == "move"]
+        released = [b for b in run if _role(b, self.heaps) == "release"]
         call = self.builder.normalize(relax.Call(gvar, args))
         return [*moved, relax.VarBinding(calls[0].var, call), *released]
 
@@ -146,6 +164,7 @@ def _share(mod: tvm.IRModule) -> tvm.IRModule:
     for gvar, func in list(mod.functions_items()):
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
+        runs.heaps = _shape_heaps(func)
         blocks = [relax.BindingBlock(runs.block(list(b.bindings))) for b in func.body.blocks]
         body = relax.SeqExpr(blocks, func.body.body)
         runs.builder.update_func(

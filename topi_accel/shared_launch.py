@@ -24,14 +24,17 @@ The price is compile time: a merged kernel holds a copy of each kernel it calls,
 the module had one function for identical calls (ResNet-50: 70 calls of 30 kernels, built
 in 15 s instead of 7.5).
 
-Kernels of symbolic shapes stay out: merged (their shape variables bound to the merged
-kernel's), a 3-conv model of symbolic batch built in 116 s instead of 2.8 in TVM's lowering,
-so a dynamic build still wakes the pool once per kernel (ResNet-50 at batch 1: dynamic 1.14x
-the static build, which shares launches; 0.98x before).
+Kernels of symbolic shapes join too: where a kernel takes an argument that an earlier one
+of the launch took, its shape variables become that one's (`_unified`), so that one set of
+variables, bound from the merged kernel's arguments, shapes them all.
 
-A kernel joins only as TVM's lowering leaves it (`joining`): static shapes, parallel loops
-at the top level only, and lowered again without error (not the int8 kernels, see
-`workshare.claim_iterations`). `accel_target.launches` finds the runs in `main`.
+A kernel joins only as TVM's lowering leaves it (`joining`): dimensions that are numbers or
+variables, parallel loops at the top level only, and lowered again without error (not the
+int8 kernels, see `workshare.claim_iterations`). A kernel that ClaimIterations lowered and
+checked (`workshare.LOWERED`) joins as it is: lowered once more, then again by the build,
+its claimed loops of a symbolic extent cost TVM's buffer compaction tens of seconds (a
+3-conv model of symbolic batch built in 116 s instead of 3). `accel_target.launches` finds
+the runs in `main`.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 
-from .workshare import CLAIM_RESET, accepted, lower_blocks
+from .workshare import CLAIM_RESET, LOWERED, accepted, lower_blocks
 
 LAUNCH = "pragma_parallel_launch_point"
 BARRIER = "pragma_parallel_barrier_when_finish"
@@ -114,13 +118,27 @@ def _first_task_only(stmt: tirx.Stmt) -> tirx.Stmt:
     return tirx.For(task, 0, 2, tirx.ForKind.PARALLEL, tirx.IfThenElse(task == 0, stmt, None))
 
 
+def _joins(ty) -> bool:
+    """Whether a parameter of type `ty` can be one of a merged kernel: a buffer whose dimensions
+    are numbers, or variables where it has no layout of its own (TVMScript's buffers'
+    layouts name the shape variables, which `merge` does not rename in them)."""
+    shape = getattr(ty, "shape", None)
+    if shape is None or not all(isinstance(d, (tirx.IntImm, tirx.Var)) for d in shape):
+        return False
+    return ty.layout is None or all(isinstance(d, tirx.IntImm) for d in shape)
+
+
 def joining(func: tirx.PrimFunc) -> Joining | None:
     """`func` (a kernel, scheduled or lowered) lowered, if it can join a shared launch (see
     the module's docstring), else None."""
-    if not all(hasattr(p.ty, "shape") and all(isinstance(d, tirx.IntImm) for d in p.ty.shape) for p in func.params):
+    if not all(_joins(param.ty) for param in func.params):
         return None
-    lowered = lower_blocks(compact_again=False)(tvm.IRModule({"main": func}))["main"]
-    found = _parts(lowered) if accepted(lowered) is not None else None
+    if LOWERED in (func.attrs or {}):
+        lowered = func
+    else:
+        lowered = lower_blocks(compact_again=False)(tvm.IRModule({"main": func}))["main"]
+        lowered = accepted(lowered)
+    found = None if lowered is None else _parts(lowered)
     return None if found is None else Joining(lowered, found.parallel)
 
 
@@ -145,12 +163,32 @@ def _parts(lowered: tirx.PrimFunc) -> Parts | None:
     return Parts(tuple(lowered.params), tuple(before), tuple(inside), tuple(imports), parallel)
 
 
+def _unified(func: tirx.PrimFunc, call_args: list, args: list, params: list) -> tirx.PrimFunc:
+    """`func` with its shape variables replaced by the merged kernel's where it shares an
+    argument with an earlier kernel of the launch."""
+    mapping = {}
+    for param, arg in zip(func.params, call_args, strict=True):
+        index = next((i for i, known in enumerate(args) if known.same_as(arg)), None)
+        if index is None:
+            continue
+        for dim, known in zip(param.ty.shape, params[index].ty.shape, strict=True):
+            if isinstance(dim, tirx.Var) and dim not in mapping:
+                mapping[dim] = known
+            elif not tvm_ffi.structural_equal(mapping.get(dim, dim), known):
+                shapes = list(param.ty.shape), list(params[index].ty.shape)
+                raise ValueError(f"shape {shapes[0]} of {param.name} differs from the launch's {shapes[1]}")
+    if not mapping:
+        return func
+    variables = list(mapping)
+    return tirx.PrimFunc([*variables, *func.params], func.body).specialize(mapping)
+
+
 def merge(members: list[tuple[Joining, list]]) -> tuple[tirx.PrimFunc, list]:
     """One kernel for the kernels (`joining`, arguments of the call) called in this order:
     (the kernel, the arguments to call it with). Arguments are told apart by `same_as`."""
     args, params, before, inside, imports = [], [], [], [], []
     for kernel, call_args in members:
-        part = _parts(s_tir.renew_defs(kernel.lowered))  # (variables of its own for each call)
+        part = _parts(_unified(s_tir.renew_defs(kernel.lowered), call_args, args, params))
         for param, arg in zip(part.params, call_args, strict=True):
             index = next((i for i, known in enumerate(args) if known.same_as(arg)), None)
             if index is None:

@@ -32,6 +32,10 @@ CLAIM = "accel_claim_iteration"
 PEEK = "accel_claimed_so_far"
 # marks the loop that zeroes a claimed loop's counters (shared launches run it before their launch)
 CLAIM_RESET = "accel_claim_reset"
+# marks a kernel that `claim_iterations` lowered and that TVM's lowering `accepted` (lowering
+# it once more is what the build does; twice more, on claimed loops of a symbolic extent, the
+# buffer compaction takes tens of seconds)
+LOWERED = "accel.lowered"
 # CLAIM: the counter's old value, incremented atomically; PEEK: its value, loaded atomically
 # (monotonic: the parallel launch and its join order the counters' reset and the results)
 CLAIM_LLVM_IR = f"""
@@ -215,7 +219,8 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc
     lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _serial(lowered.body, rewritten)
-    return accepted(lowered.with_body(body)) if rewritten else None
+    checked = accepted(lowered.with_body(body))
+    return None if checked is None else checked.with_attr(LOWERED, True) if rewritten else None
 
 
 def accepted(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
@@ -240,4 +245,5 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     body = _rewrite(lowered.body, slices, rewritten)
     if not rewritten:
         return None
-    return accepted(lowered.with_body(body))
+    checked = accepted(lowered.with_body(body))
+    return None if checked is None else checked.with_attr(LOWERED, True)

@@ -10,6 +10,7 @@ from torch import nn
 import accel_target
 import topi_accel
 from accel_target import launches
+from accel_target.torch_ops import import_program
 from tests.helpers import assert_close, run_executable
 
 
@@ -97,3 +98,22 @@ def test_a_build_that_fails_with_shared_launches_is_made_without_them(blocks, mo
         ("SharedLaunches", "module", "RuntimeError: boom")
     ]
     assert_close(run_executable(executable, x), ref)
+
+
+def test_kernels_of_a_symbolic_batch_share_a_launch():
+    torch.manual_seed(0)
+    model = Blocks().eval()
+    batch = torch.export.Dim("batch", min=1, max=16)
+    with torch.no_grad():
+        program = torch.export.export(model, (torch.randn(2, 16, 32, 32),), dynamic_shapes=({0: batch},))
+    mod = import_program(program)
+    shared, unshared = accel_target.build(mod), _unshared(mod)
+    launched = [name for name in _called(shared) if name.startswith("shared_launch")]
+    assert len(launched) == 1 and len(topi_accel.shared_launch.member_names(launched[0])) >= 4, _called(shared)
+    for size in (1, 3, 8):
+        x = torch.randn(size, 16, 32, 32)
+        with torch.no_grad():
+            ref = model(x).numpy()
+        out = run_executable(shared, x.numpy())
+        assert np.array_equal(out, run_executable(unshared, x.numpy()))
+        assert_close(out, ref)
