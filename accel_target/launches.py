@@ -28,8 +28,9 @@ import tvm
 from tvm import relax, tirx
 
 from strategy.registry import attempt
-from topi_accel import shared_launch
+from topi_accel import shared_launch, workshare
 from topi_accel.epilogue import IMPL
+from topi_accel.knobs import cpu_knobs
 from topi_accel.shared_launch import MAX_MEMBERS, MEMBERS, PREFIX, SEPARATOR
 
 from .reporting import TRANSFORM_KERNELS
@@ -92,6 +93,7 @@ class _Runs:
     def __init__(self, mod: tvm.IRModule):
         self.mod, self.joining, self.count = mod, {}, 0  # joining: kernel -> Joining or None
         self.heaps = set()  # (of the function whose blocks it is given)
+        self.cores = cpu_knobs().cores  # (of the target in scope)
         self.builder = relax.BlockBuilder(mod)  # (it gives the merged kernels typed GlobalVars)
 
     def part(self, binding):
@@ -105,8 +107,13 @@ class _Runs:
                 and not any(t in name for t in TRANSFORM_KERNELS)
                 and len(func.params) == len(binding.value.args)
             )
-            self.joining[gvar] = attempt("SharedLaunches", name, shared_launch.joining, func) if joins else None
+            self.joining[gvar] = attempt("SharedLaunches", name, self.joins, func) if joins else None
         return self.joining[gvar]
+
+    def joins(self, func: tirx.PrimFunc) -> shared_launch.Joining | None:
+        """`func` as it joins a launch: a kernel that SerialSmallKernels made serial joins with
+        its loops parallel again (the pool is awake in a launch)."""
+        return shared_launch.joining(workshare.parallel_again(func, self.cores) or func)
 
     def block(self, bindings: list) -> list:
         out, i = [], 0

@@ -32,10 +32,12 @@ CLAIM = "accel_claim_iteration"
 PEEK = "accel_claimed_so_far"
 # marks the loop that zeroes a claimed loop's counters (shared launches run it before their launch)
 CLAIM_RESET = "accel_claim_reset"
-# marks a kernel that `claim_iterations` lowered and that TVM's lowering `accepted` (lowering
-# it once more is what the build does; twice more, on claimed loops of a symbolic extent, the
-# buffer compaction takes tens of seconds)
+# marks a kernel that `claim_iterations` or `serial_when_small` lowered and that TVM's
+# lowering `accepted` (lowering it once more is what the build does; twice more, on claimed
+# loops of a symbolic extent, the buffer compaction takes tens of seconds)
 LOWERED = "accel.lowered"
+# marks a top-level loop that `serial_when_small` made serial (`parallel_again` reads it)
+SERIALIZED = "accel_serialized"
 # CLAIM: the counter's old value, incremented atomically; PEEK: its value, loaded atomically
 # (monotonic: the parallel launch and its join order the counters' reset and the results)
 CLAIM_LLVM_IR = f"""
@@ -203,7 +205,17 @@ def _serial(stmt: tirx.Stmt, rewritten: list) -> tirx.Stmt:
     if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
         return stmt
     rewritten.append(stmt)
-    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, stmt.body)
+    annotations = {**stmt.annotations, SERIALIZED: 1}
+    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, stmt.body, None, annotations)
+
+
+def _parallel(stmt: tirx.Stmt) -> tirx.Stmt:
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_parallel(s) for s in stmt.seq])
+    if not (isinstance(stmt, tirx.For) and SERIALIZED in stmt.annotations):
+        return stmt
+    annotations = {k: v for k, v in stmt.annotations.items() if k != SERIALIZED}
+    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.PARALLEL, stmt.body, None, annotations)
 
 
 def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc | None:
@@ -212,15 +224,24 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc
     all: waking the pool's threads for a parallel loop costs more than such a kernel saves
     (10-15 us a loop on a 2-core Emerald Rapids whose idle workers sleep, `accel_target.threads`).
     None if it is larger, of a symbolic size, has no parallel loop, or if TVM's lowering
-    rejects it lowered (as for `claim_iterations`: the int8 kernels' dot products)."""
+    rejects it lowered (as for `claim_iterations`: the int8 kernels' dot products). The loops
+    it makes serial are marked SERIALIZED, for `parallel_again`."""
     work = _iterations(func.body)  # (counted before lowering: a large kernel is not lowered here)
     if work is None or work >= min_iterations:
         return None
     lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
     rewritten = []
     body = _serial(lowered.body, rewritten)
-    checked = accepted(lowered.with_body(body))
-    return None if checked is None else checked.with_attr(LOWERED, True) if rewritten else None
+    checked = accepted(lowered.with_body(body)) if rewritten else None
+    return None if checked is None else checked.with_attr(LOWERED, True)
+
+
+def parallel_again(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
+    """A kernel that `serial_when_small` made serial with its loops parallel again, claimed as
+    `claim_iterations` claims them, or None if it has no such loop: in a shared launch
+    (`shared_launch`) the pool is awake anyway, and a small kernel runs on every thread."""
+    body = _parallel(func.body)
+    return None if body.same_as(func.body) else _claimed_kernel(func.with_body(body), slices)
 
 
 def accepted(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
@@ -240,7 +261,10 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     slices (one per thread it is built for); None if it has no such loop, or if TVM's
     lowering, which the build runs again on the result, rejects it (its buffer compaction
     fails on explicit vector accesses of flat buffers: the int8 kernels' dot products)."""
-    lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
+    return _claimed_kernel(lower_blocks()(tvm.IRModule({"main": func}))["main"], slices)
+
+
+def _claimed_kernel(lowered: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     rewritten = []
     body = _rewrite(lowered.body, slices, rewritten)
     if not rewritten:

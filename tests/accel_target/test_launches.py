@@ -6,12 +6,14 @@ import pytest
 import torch
 import tvm
 from torch import nn
+from tvm import tirx
 
 import accel_target
 import topi_accel
-from accel_target import launches
+from accel_target import launches, pipeline
 from accel_target.torch_ops import import_program
 from tests.helpers import assert_close, run_executable
+from topi_accel import workshare
 
 
 class Blocks(nn.Module):
@@ -117,3 +119,28 @@ def test_kernels_of_a_symbolic_batch_share_a_launch():
         out = run_executable(shared, x.numpy())
         assert np.array_equal(out, run_executable(unshared, x.numpy()))
         assert_close(out, ref)
+
+
+def test_kernels_too_small_to_wake_the_pool_for_run_in_parallel_in_a_shared_launch():
+    """At 8x8, SerialSmallKernels makes the convolutions serial (waking the pool for one costs
+    more than it saves); in a launch, where the pool is awake anyway, they run in parallel."""
+    torch.manual_seed(0)
+    model, x = Blocks().eval(), torch.randn(1, 16, 8, 8)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    mod = accel_target.from_torch(model, (x,))
+    target = tvm.target.Target("accel")
+    with launches.disabled():
+        unshared = pipeline.run_phases(mod, target)["lowering"]
+    shared = pipeline.run_phases(mod, target)["lowering"]
+    kernels = {
+        g.name_hint: f for m in (unshared, shared) for g, f in m.functions_items() if isinstance(f, tirx.PrimFunc)
+    }
+    convs = [name for name in kernels if "conv2d" in name and not name.startswith("shared_launch")]
+    assert convs and not any("T.parallel" in kernels[name].script() for name in convs)
+    merged = [name for name in kernels if name.startswith("shared_launch")]
+    assert len(merged) == 1 and set(convs) <= set(topi_accel.shared_launch.member_names(merged[0]))
+    assert kernels[merged[0]].script().count(workshare.CLAIM_RESET) >= len(convs)  # (each conv claimed)
+    out = run_executable(accel_target.build(mod), x.numpy())
+    assert np.array_equal(out, run_executable(_unshared(mod), x.numpy()))
+    assert_close(out, ref)

@@ -162,6 +162,12 @@ def test_serial_when_small(n, inner, threshold, serial):
         buf = tvm.runtime.tensor(np.zeros((n, inner), "int32"))
         lib(buf)
         assert (buf.numpy() == 1).all()
+        # its parallel version, for shared launches, where the pool is awake anyway
+        parallel = topi_accel.workshare.parallel_again(func, 2)
+        assert topi_accel.workshare.CLAIM in parallel.script() and "T.parallel" in parallel.script()
+        tvm.compile(tvm.IRModule({"main": parallel}), tvm.target.Target("accel")).jit()(buf)
+        assert (buf.numpy() == 2).all()
+    assert topi_accel.workshare.parallel_again(count, 2) is None  # (no loop made serial)
 
 
 def test_serial_when_small_leaves_a_symbolic_loop_parallel():
