@@ -163,12 +163,17 @@ def _parts(lowered: tirx.PrimFunc) -> Parts | None:
     return Parts(tuple(lowered.params), tuple(before), tuple(inside), tuple(imports), parallel)
 
 
+def _index(args: list, arg) -> int | None:
+    """Where `arg` is among the merged kernel's arguments `args` (told apart by `same_as`)."""
+    return next((i for i, known in enumerate(args) if known.same_as(arg)), None)
+
+
 def _unified(func: tirx.PrimFunc, call_args: list, args: list, params: list) -> tirx.PrimFunc:
     """`func` with its shape variables replaced by the merged kernel's where it shares an
     argument with an earlier kernel of the launch."""
     mapping = {}
     for param, arg in zip(func.params, call_args, strict=True):
-        index = next((i for i, known in enumerate(args) if known.same_as(arg)), None)
+        index = _index(args, arg)
         if index is None:
             continue
         for dim, known in zip(param.ty.shape, params[index].ty.shape, strict=True):
@@ -190,7 +195,7 @@ def merge(members: list[tuple[Joining, list]]) -> tuple[tirx.PrimFunc, list]:
     for kernel, call_args in members:
         part = _parts(_unified(s_tir.renew_defs(kernel.lowered), call_args, args, params))
         for param, arg in zip(part.params, call_args, strict=True):
-            index = next((i for i, known in enumerate(args) if known.same_as(arg)), None)
+            index = _index(args, arg)
             if index is None:
                 index = len(args)
                 args.append(arg)

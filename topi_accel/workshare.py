@@ -166,16 +166,23 @@ def _claimed(loop: tirx.For, slices: int) -> tirx.Stmt:
     )
 
 
-def _rewrite(stmt: tirx.Stmt, slices: int, rewritten: list) -> tirx.Stmt:
+def _top_loops(stmt: tirx.Stmt, change) -> tirx.Stmt:
+    """`stmt` with each of its top-level loops (through sequences) replaced by `change(loop)`
+    where that is not None; the same object where nothing changed."""
     if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([_rewrite(s, slices, rewritten) for s in stmt.seq])
-    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
-        return stmt
-    fits = not isinstance(stmt.extent, tirx.IntImm) or int(stmt.extent) < 2**31  # (a symbolic one: MAX_CLAIMS chunks)
-    if not (fits and isinstance(stmt.min, tirx.IntImm) and int(stmt.min) == 0):
-        return stmt  # (our schedules make parallel loops from 0: an int32 counter)
-    rewritten.append(stmt)
-    return _claimed(stmt, slices)
+        seq = [_top_loops(s, change) for s in stmt.seq]
+        return stmt if all(new.same_as(old) for new, old in zip(seq, stmt.seq)) else tirx.SeqStmt(seq)
+    changed = change(stmt) if isinstance(stmt, tirx.For) else None
+    return stmt if changed is None else changed
+
+
+def _claim(loop: tirx.For, slices: int) -> tirx.Stmt | None:
+    if loop.kind != tirx.ForKind.PARALLEL:
+        return None
+    fits = not isinstance(loop.extent, tirx.IntImm) or int(loop.extent) < 2**31  # (a symbolic one: MAX_CLAIMS chunks)
+    if not (fits and isinstance(loop.min, tirx.IntImm) and int(loop.min) == 0):
+        return None  # (our schedules make parallel loops from 0: an int32 counter)
+    return _claimed(loop, slices)
 
 
 def _iterations(stmt: tirx.Stmt) -> int | None:
@@ -199,23 +206,20 @@ def _iterations(stmt: tirx.Stmt) -> int | None:
     return 1 if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)) else 0  # (not a declaration)
 
 
-def _serial(stmt: tirx.Stmt, rewritten: list) -> tirx.Stmt:
-    if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([_serial(s, rewritten) for s in stmt.seq])
-    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
-        return stmt
-    rewritten.append(stmt)
-    annotations = {**stmt.annotations, SERIALIZED: 1}
-    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.SERIAL, stmt.body, None, annotations)
+def _with_kind(loop: tirx.For, kind, annotations: dict) -> tirx.For:
+    return tirx.For(loop.loop_var, loop.min, loop.extent, kind, loop.body, None, annotations)
 
 
-def _parallel(stmt: tirx.Stmt) -> tirx.Stmt:
-    if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([_parallel(s) for s in stmt.seq])
-    if not (isinstance(stmt, tirx.For) and SERIALIZED in stmt.annotations):
-        return stmt
-    annotations = {k: v for k, v in stmt.annotations.items() if k != SERIALIZED}
-    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.PARALLEL, stmt.body, None, annotations)
+def _serial(loop: tirx.For) -> tirx.For | None:
+    if loop.kind != tirx.ForKind.PARALLEL:
+        return None
+    return _with_kind(loop, tirx.ForKind.SERIAL, {**loop.annotations, SERIALIZED: 1})
+
+
+def _parallel(loop: tirx.For) -> tirx.For | None:
+    if SERIALIZED not in loop.annotations:
+        return None
+    return _with_kind(loop, tirx.ForKind.PARALLEL, {k: v for k, v in loop.annotations.items() if k != SERIALIZED})
 
 
 def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc | None:
@@ -230,9 +234,8 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc
     if work is None or work >= min_iterations:
         return None
     lowered = lower_blocks()(tvm.IRModule({"main": func}))["main"]
-    rewritten = []
-    body = _serial(lowered.body, rewritten)
-    checked = accepted(lowered.with_body(body)) if rewritten else None
+    body = _top_loops(lowered.body, _serial)
+    checked = None if body.same_as(lowered.body) else accepted(lowered.with_body(body))
     return None if checked is None else checked.with_attr(LOWERED, True)
 
 
@@ -240,7 +243,7 @@ def parallel_again(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
     """A kernel that `serial_when_small` made serial with its loops parallel again, claimed as
     `claim_iterations` claims them, or None if it has no such loop: in a shared launch
     (`shared_launch`) the pool is awake anyway, and a small kernel runs on every thread."""
-    body = _parallel(func.body)
+    body = _top_loops(func.body, _parallel)
     return None if body.same_as(func.body) else _claimed_kernel(func.with_body(body), slices)
 
 
@@ -265,9 +268,8 @@ def claim_iterations(func: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
 
 
 def _claimed_kernel(lowered: tirx.PrimFunc, slices: int) -> tirx.PrimFunc | None:
-    rewritten = []
-    body = _rewrite(lowered.body, slices, rewritten)
-    if not rewritten:
+    body = _top_loops(lowered.body, lambda loop: _claim(loop, slices))
+    if body.same_as(lowered.body):
         return None
     checked = accepted(lowered.with_body(body))
     return None if checked is None else checked.with_attr(LOWERED, True)
