@@ -1,6 +1,8 @@
 """Integer relax.nn.conv2d and relax.matmul under Target("accel"): the int8 kernels, their
 declines, and a requantize fused into the kernel's write-back."""
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -106,15 +108,18 @@ def fused_kernel(ex_or_mod):
     return next((name, f) for name, f in funcs if "int8" in name)
 
 
-def test_conv2d_with_requantize_fuses_into_the_kernel():
+@pytest.mark.parametrize("channels", [24, 48, 144])  # a tail in one channel block; in the last of several
+def test_conv2d_with_requantize_fuses_into_the_kernel(channels):
     """conv2d(out_dtype=int32) + requantize through accel_target.build: one int8 kernel with
-    the requantize in its write-back, uint8 output equal to numpy's."""
-    x, w = int_data((1, 16, 9, 9), "uint8", RNG), int_data((24, 16, 3, 3), "int8", RNG)
-    scale = RNG.uniform(1e-3, 1e-2, 24).astype("float32")
-    bias = RNG.uniform(-5, 5, 24).astype("float32")
+    the requantize in its write-back, uint8 output equal to numpy's. The channel counts leave
+    a tail in the register tile's channel block (16 or 32 lanes), which TVM's own inlining
+    checks refuse when there are several blocks."""
+    x, w = int_data((1, 16, 9, 9), "uint8", RNG), int_data((channels, 16, 3, 3), "int8", RNG)
+    scale = RNG.uniform(1e-3, 1e-2, channels).astype("float32")
+    bias = RNG.uniform(-5, 5, channels).astype("float32")
 
     def model(data, weight, s, b):
-        return requantize(conv_int32(data, weight, padding=1), s, b, 3, (1, 24, 1, 1))
+        return requantize(conv_int32(data, weight, padding=1), s, b, 3, (1, channels, 1, 1))
 
     mod = single_op_module(model, {"data": x}, {"weight": w, "s": scale, "b": bias})
     ex = accel_target.build(mod)
@@ -129,9 +134,7 @@ def test_conv2d_with_requantize_fuses_into_the_kernel():
     for op in ("astype", "multiply", "add", "round", "maximum", "minimum"):
         assert by_op[op] and all("conv2d_nhwc_ohwi_int8.accel" in kernel for kernel in by_op[op]), (op, by_op[op])
     name, func = fused_kernel(mod)
-    script = func.script()
-    # the requantize is computed in the kernel's write-back: no block of its own
     assert name.startswith("fused_conv2d_nhwc_ohwi_int8") and "round" in name
-    assert 'T.sblock("conv2d_nhwc_ohwi_int8")' in script
-    for op in ("multiply", "round", "maximum", "minimum", "cast"):
-        assert f'T.sblock("{op}' not in script, op
+    # the requantize is computed in the kernel's write-back: no block of its own
+    blocks = re.findall(r'T\.sblock\("(\w+)"', func.script())
+    assert [b for b in blocks if not b.startswith("conv2d_nhwc_ohwi_int8")] == ["root"], blocks
