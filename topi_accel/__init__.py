@@ -3,7 +3,7 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
-from . import conv2d_int8, dense_int8, tuning  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
+from . import conv2d_int8, dense_int8, tuning, vectorizable  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
 from .conv1d import (
     conv1d_config,
     conv1d_geometry,
@@ -52,6 +52,8 @@ from .winograd import (
     winograd_config,
 )
 from .workshare import claim_iterations
+
+vectorizable.register()  # TVM 0.27 leaves round-half-to-even scalar (topi_accel/vectorizable.py)
 
 __all__ = [
     "batch_matmul_config",

@@ -243,3 +243,22 @@ def test_reads_elementwise_tells_a_broadcast_from_an_elementwise_read():
     t, u, out = (sch.get_sblock(n) for n in ("t", "u", "out"))
     assert epilogue.reads_elementwise(sch, u, t)
     assert not epilogue.reads_elementwise(sch, out, u)
+
+
+def test_round_half_to_even_is_vectorized():
+    """A vectorized loop that rounds (every requantize) stays a vector loop: TVM 0.27 leaves
+    tirx.nearbyint without TVectorizable and made such loops scalar (topi_accel/vectorizable.py);
+    the rounding is still half to even, as numpy's."""
+    from tvm import te, tirx
+
+    a = (np.arange(64, dtype="float32") - 32) / 2  # every .5 from -16 to 15.5
+    x = te.placeholder((64,), name="x")
+    y = te.compute((64,), lambda i: tirx.nearbyint(x[i] * 1.0), name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    _, lanes = sch.split(sch.get_loops(sch.get_sblock("y"))[0], [None, 16])
+    sch.vectorize(lanes)
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), tvm.target.Target("accel"))
+    assert "llvm.nearbyint.v16f32" in lib.mod.inspect_source("ll")
+    out = tvm.runtime.tensor(np.zeros(64, "float32"))
+    lib["main"](tvm.runtime.tensor(a), out)
+    np.testing.assert_array_equal(out.numpy(), np.rint(a))
