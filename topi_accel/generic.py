@@ -38,6 +38,10 @@ from .symbolic import REPRESENTATIVE_ROWS
 MIN_PARALLEL_WORK = 4096
 # an innermost loop at least this long stays serial, for LLVM to vectorize
 VECTOR_RUN = 16
+# an innermost loop this short under a serial run is unrolled: the run's loop then stores
+# each of its (3) elements in a statement of its own, which LLVM vectorizes as one
+# interleaved group (an image's NCHW -> NHWC with its quantize and pad: 0.096 -> 0.040 ms)
+MAX_UNROLLED = 4
 # a reduction over at most this many elements per output is a window (pooling)
 MAX_WINDOW = 64
 _IF_THEN_ELSE = ir.Op.get("prim.if_then_else")
@@ -264,6 +268,9 @@ def _parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         # its spatial loops
         window = reduces and _window_first(sch, block, loops, extents)
         keep = 1 if window else 0 if reduces else _inner_run(extents)
+        if keep > 1 and extents[-1] <= MAX_UNROLLED:
+            sch.unroll(loops[-1])
+            changed = True
         outer = loops[: len(loops) - keep]
         work = _extent(sch, sch.get_loops(block))
         if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:

@@ -250,14 +250,17 @@ def test_parallelize_keeps_a_short_innermost_run_out_of_the_parallel_loop():
 
 def test_parallelize_inlines_an_elementwise_chain_into_its_consumer():
     """A quantize (divide, round, add, clip, cast) then NCHW -> NHWC with a pad, as FuseTIR
-    leaves an int8 model's input: one loop nest, no intermediate buffer; a broadcast
+    leaves an int8 model's input: one loop nest, no intermediate buffer, its 3 channels
+    unrolled; a broadcast
     consumer does not take its producer (it would recompute it per element)."""
     a = rand(1, 3, 20, 18) * 4
     x = te.placeholder(a.shape)
     q = topi.cast(topi.clip(topi.round(x / 0.05) + 120.0, 0.0, 255.0), "uint8")
     out = topi.nn.pad(topi.transpose(q, [0, 2, 3, 1]), [0, 1, 1, 0], [0, 1, 1, 0], pad_value=120)
     func = topi_accel.parallelize(te.create_prim_func([x, out]))
-    assert func.script().count("T.sblock(") == 2, func.script()  # the root and the output
+    script = func.script()
+    assert script.count("T.sblock(") == 2, script  # the root and the output
+    assert "T.unroll(3)" in script  # the channels: one store each, for LLVM to interleave
     ref = np.clip(np.round(a / np.float32(0.05)) + 120, 0, 255).astype("uint8").transpose(0, 2, 3, 1)
     ref = np.pad(ref, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=120)
     np.testing.assert_array_equal(run_primfunc(func, [a], ref.shape, dtype="uint8"), ref)
