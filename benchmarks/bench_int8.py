@@ -1,6 +1,6 @@
 """Quantized models, batch 1: accel int8 against ONNX Runtime int8 and accel's own fp32 build.
 
-    python benchmarks/bench_int8.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--threads 2]
+    python benchmarks/bench_int8.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--threads 2] [--mcpu haswell]
 
 The models of benchmarks/models.py (random weights) are exported to ONNX and quantized with ONNX
 Runtime's ``quantize_static`` as a user would: QDQ format, per-channel int8 weights, uint8
@@ -51,20 +51,21 @@ def _quantize(name: str, folder: str) -> str:
     return quantized_onnx(model, tuple(x.shape), pathlib.Path(folder), count=4, **ops)
 
 
-def _runner(contender: str, name: str, folder: str, threads: int):
-    """(run, output) for one contender, built or loaded in this process."""
+def _runner(contender: str, name: str, folder: str, threads: int, mcpu: str | None = None):
+    """(run, output) for one contender, built or loaded in this process (accel for `mcpu`, if given)."""
     import numpy as np
 
     import accel_target
     from accel_target.benchmark import onnxruntime_runner, vm_runner
 
+    target = {"tag": "accel", "mcpu": mcpu} if mcpu else "accel"
     x = np.load(os.path.join(folder, "x.npy"))
     qdq_path = os.path.join(folder, "qdq.onnx")
     if contender == "ONNX Runtime int8":
         run = onnxruntime_runner(qdq_path, [x], threads)
         return run, lambda: run()[0]
     if contender == "accel int8":
-        executable = accel_target.build(accel_target.from_onnx(qdq_path))
+        executable = accel_target.build(accel_target.from_onnx(qdq_path), target=target)
     else:
         import torch
 
@@ -73,12 +74,12 @@ def _runner(contender: str, name: str, folder: str, threads: int):
 
         torch.set_num_threads(threads)
         model, _ = make(name)
-        executable = accel_target.build(accel_target.from_torch(model, (torch.from_numpy(x),)))
+        executable = accel_target.build(accel_target.from_torch(model, (torch.from_numpy(x),)), target=target)
     run = vm_runner(executable, [x])
     return run, lambda: run().numpy()
 
 
-def measure(contender: str, name: str, folder: str, threads: int) -> dict:
+def measure(contender: str, name: str, folder: str, threads: int, mcpu: str | None = None) -> dict:
     """Build (timed), run and time one contender; its output saved beside the model."""
     import numpy as np
 
@@ -86,7 +87,7 @@ def measure(contender: str, name: str, folder: str, threads: int) -> dict:
 
     started = time.perf_counter()
     try:
-        run, output = _runner(contender, name, folder, threads)
+        run, output = _runner(contender, name, folder, threads, mcpu)
     except Exception as err:  # a model this contender cannot build: say so in the table
         return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"}
     row = {"build s": time.perf_counter() - started}
@@ -95,9 +96,10 @@ def measure(contender: str, name: str, folder: str, threads: int) -> dict:
     return row
 
 
-def _in_fresh_process(contender: str, name: str, folder: str, threads: int) -> dict:
+def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu: str | None) -> dict:
     env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
+    command += ["--mcpu", mcpu] if mcpu else []
     out = subprocess.run(command + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE, text=True)
     lines = out.stdout.strip().splitlines()
     return json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": f"exit {out.returncode}"}
@@ -119,7 +121,7 @@ def _agreement(folder: str, qdq_path: str) -> float | None:
     return float((np.abs(accel - ort) <= step * 1.001).mean())
 
 
-def markdown(rows: list[dict], threads: int) -> str:
+def markdown(rows: list[dict], threads: int, mcpu: str | None = None) -> str:
     import onnxruntime
     import tvm
 
@@ -128,7 +130,7 @@ def markdown(rows: list[dict], threads: int) -> str:
     lines = [
         f"{threads} threads for every contender, each in a fresh process; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, onnxruntime {onnxruntime.__version__}; batch 1, median of 3 medians "
-        f"of {REPEAT} runs",
+        f"of {REPEAT} runs" + (f"; accel built for mcpu={mcpu} (ONNX Runtime picks its own kernels)" if mcpu else ""),
         "",
         "| model | " + " | ".join(f"{c} ms" for c in CONTENDERS) + " | int8 vs ORT int8 | int8 vs fp32 | agree |",
         "|---" * (len(CONTENDERS) + 4) + "|",
@@ -149,11 +151,16 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50,mobilenet_v2,bert_base_2layers")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument(
+        "--mcpu",
+        help="build accel's contenders for this LLVM CPU (e.g. haswell: AVX2 code, which an AVX-512 host "
+        "runs too); ONNX Runtime still picks its kernels from the host's CPU",
+    )
     parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)  # one contender's row (internal)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.models, args.dir, args.threads)))
+        print(json.dumps(measure(args.one, args.models, args.dir, args.threads, args.mcpu)))
         return
     rows = []
     for name in args.models.split(","):
@@ -163,10 +170,10 @@ def main() -> None:
             row = {"model": name}
             for contender in CONTENDERS:
                 print(f"[bench_int8] {name}: {contender}", file=sys.stderr, flush=True)
-                row[contender] = _in_fresh_process(contender, name, folder, args.threads)
+                row[contender] = _in_fresh_process(contender, name, folder, args.threads, args.mcpu)
             row["agree"] = _agreement(folder, qdq_path)
             rows.append(row)
-    print(markdown(rows, args.threads))
+    print(markdown(rows, args.threads, args.mcpu))
     if args.json:
         print(json.dumps(rows, indent=2))
 
