@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 from topi_accel import conv2d_int8 as kernels
+from topi_accel.dense_int8 import narrow_weights
 
 from .conv2d import layout_reason, nhwc_call, nhwc_ohwi_shapes
 from .layout import KernelDims, constant_in, map_array, static_shape
@@ -72,13 +73,13 @@ def geometry_of(call: relax.Call):
 
 @register("relax.nn.conv2d", IMPL, condition=conv2d_int8_condition, plevel=INT8_PLEVEL)
 def conv2d_nhwc_ohwi_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Convert data to NHWC, pack the constant kernel (and, for int8 data on vpdpbusd, its
+    """Convert data to NHWC, pack the constant kernel (and, for int8 data on vpdpbusd or vpmaddubsw, its
     compensation), call the kernel, convert the int32 result to out_layout."""
     dtype = str(call.args[0].ty.dtype)
     geo = geometry_of(call)
-    cfg = kernels.conv2d_int8_config(geo)
-    func = kernels.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype)
     ohwi = constant_in(call.args[1], str(call.attrs.kernel_layout), "OHWI")  # read once
+    cfg = kernels.conv2d_int8_config(geo, narrow=narrow_weights(ohwi))
+    func = kernels.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype)
     weights = [relax.const(map_array(kernels.kernel_pack_map_int8(geo, cfg), ohwi))]
     if kernels.takes_compensation(geo, cfg, dtype):
         weights.append(relax.const(kernels.compensation(ohwi)))

@@ -40,14 +40,14 @@ def dense_int8_condition(call: relax.Call) -> str | None:
 
 @register("relax.matmul", IMPL, condition=dense_int8_condition, plevel=INT8_PLEVEL)
 def dense_kn_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Pack w (and, for int8 data on vpdpbusd, its compensation) and call the kernel on x's
+    """Pack w (and, for int8 data on vpdpbusd or vpmaddubsw, its compensation) and call the kernel on x's
     rows (`strategy.dense.on_rows`)."""
     data, weight = call.args
     k, n = static_shape(weight)
     dtype = str(data.ty.dtype)
     m, _, _ = kernels.check_dense_int8(static_shape(data), [k, n], dtype, str(weight.ty.dtype))
-    cfg = kernels.dense_int8_config(m, n)
     kn = constant_array(weight)  # read once
+    cfg = kernels.dense_int8_config(m, n, narrow=kernels.narrow_weights(kn))
     args = [relax.const(map_array(kernels.weight_pack_map_int8(cfg), kn))]
     if kernels.needs_compensation(dtype, cfg.dot):
         args.append(relax.const(kernels.compensation(kn)))

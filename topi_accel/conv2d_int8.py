@@ -1,15 +1,15 @@
 """conv2d_nhwc_ohwi_int8: uint8/int8 NHWC data x int8 OHWI weights -> int32 NHWC.
 
 Ungrouped convs use the target's int8 dot-product instruction (`dense_int8.int8_dot`:
-vpdpbusd with VNNI, else the exact vpmaddwd on data widened to int16) over groups of
-input channels. Their weights are packed as ``[O/ob, KH, KW, C/g, ob, g]`` (``ob`` =
+vpdpbusd with VNNI, else vpmaddubsw for 7-bit weights, else the exact vpmaddwd on data
+widened to int16) over groups of input channels. Their weights are packed as ``[O/ob, KH, KW, C/g, ob, g]`` (``ob`` =
 ``Conv2DInt8Config.oc_block``, a multiple of the instruction's lanes, ``g`` its group;
 O and C zero-padded), so that one vector load gives ``lanes`` output channels x ``g``
 input channels; `kernel_pack_map_int8` is that layout as an IndexMap. The input is copied
 once ("conv2d_nhwc_ohwi_int8_pad") where the instruction needs another dtype, padding or
 channels padded to the group; it is zero-padded before the conversion, so a padded pixel
-adds nothing (int8 data on vpdpbusd reads ``x + 128``: ``128 * sum(w)`` per output channel,
-`compensation`, is subtracted in the write-back).
+adds nothing (int8 data on vpdpbusd or vpmaddubsw reads ``x + 128``: ``128 * sum(w)`` per
+output channel, `compensation`, is subtracted in the write-back).
 
 Depthwise convs (groups == in_channels) have no channel reduction for a dot product:
 int32 products vectorized over the channels (LLVM widens the 8-bit operands), the
@@ -94,13 +94,16 @@ def is_depthwise(geo: Conv2DGeometry) -> bool:
 
 
 def takes_compensation(geo: Conv2DGeometry, cfg: Conv2DInt8Config, data_dtype: str) -> bool:
-    """Whether the kernel takes `compensation` (int8 data of an ungrouped conv on vpdpbusd)."""
+    """Whether the kernel takes `compensation` (int8 data of an ungrouped conv on vpdpbusd or vpmaddubsw)."""
     return not is_depthwise(geo) and needs_compensation(data_dtype, cfg.dot)
 
 
-def conv2d_int8_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> Conv2DInt8Config:
-    """Tile sizes for `geo` on `target`, from its int8 instruction and register budget."""
-    knobs, dot = cpu_knobs(target), int8_dot(target)
+def conv2d_int8_config(
+    geo: Conv2DGeometry, target: tvm.target.Target | None = None, narrow: bool = False
+) -> Conv2DInt8Config:
+    """Tile sizes for `geo` on `target`, from its int8 instruction (for weights all
+    `dense_int8.narrow_weights` or not) and register budget."""
+    knobs, dot = cpu_knobs(target), int8_dot(target, narrow and not is_depthwise(geo))
     lanes, two = dot.lanes, 2 * dot.lanes
     if is_depthwise(geo):
         whole = [b for b in (two, lanes) if geo.out_c % b == 0]
@@ -178,7 +181,7 @@ def conv2d_nhwc_ohwi_int8(
     data: 4-D, NHWC: [batch, in_height, in_width, in_channel], uint8 or int8.
     packed_kernel: int8, `packed_kernel_shape(geo, cfg)`.
     comp: int32 [out_channel] (`compensation`), exactly when `needs_compensation` (int8
-    data on vpdpbusd) for an ungrouped conv.
+    data on vpdpbusd or vpmaddubsw) for an ungrouped conv.
     Returns int32 4-D, NHWC: [batch, out_height, out_width, out_channel], named
     "conv2d_nhwc_ohwi_int8"; "conv2d_nhwc_ohwi_int8_acc" covers the padded tile grid.
     """
@@ -187,7 +190,9 @@ def conv2d_nhwc_ohwi_int8(
             f"{NAME}: packed kernel shape {list(packed_kernel.shape)} != expected {list(packed_kernel_shape(geo, cfg))}"
         )
     if takes_compensation(geo, cfg, data.dtype) != (comp is not None):
-        raise ValueError(f"{NAME}: a compensation is needed exactly for ungrouped convs of int8 data on vpdpbusd")
+        raise ValueError(
+            f"{NAME}: a compensation is needed exactly for ungrouped convs of int8 data on vpdpbusd or vpmaddubsw"
+        )
     if is_depthwise(geo) and geo.out_c % cfg.oc_block:
         raise ValueError(f"{NAME}: oc_block={cfg.oc_block} must divide out_channels={geo.out_c} when depthwise")
     acc = (_depthwise_acc if is_depthwise(geo) else _dot_acc)(data, packed_kernel, geo, cfg)

@@ -9,11 +9,17 @@ The instruction comes from the target's CPU features, never from the host
   subtracted in the write-back.
 - ``madd`` (AVX-512BW, AVX2, SSE2): ``vpmaddwd`` multiplies 2 int16 by 2 int16 and adds
   the pair to an int32 lane, exactly. Data is widened to int16 once (a copy, which also
-  pads K), the int8 weights in the inner loop. ``vpmaddubsw`` (uint8 x int8 pairs summed
-  to int16) would do twice the work per instruction but saturates: 255 * 127 * 2 > 32767.
+  pads K), the int8 weights in the inner loop.
+- ``maddubs`` (AVX-512BW, AVX2), only for 7-bit weights, all in [-64, 64] (what
+  quantizing with ``reduce_range=True`` gives; the strategies read the constant weights):
+  ``vpmaddubsw`` multiplies 2 pairs of uint8 x int8 and adds each pair to an int16, then
+  ``vpmaddwd`` by ones adds the two int16 to an int32 lane: 4 products per lane, on the data
+  as it is (uint8; int8 data read as ``x + 128``, as for vpdpbusd). Exact because a pair
+  stays within int16: 255 * 64 * 2 = 32640 <= 32767; with full-range weights (255 * 128 * 2)
+  it would saturate, so they take ``madd``.
 
 The weights are packed as ``[N/nb, K/g, nb, g]`` (``g`` = the instruction's group: 4 for
-vpdpbusd, 2 for vpmaddwd, K zero-padded to a multiple of it), so one vector load gives
+vpdpbusd and vpmaddubsw, 2 for vpmaddwd, K zero-padded to a multiple of it), so one vector load gives
 ``lanes`` columns x ``g`` rows of K. `weight_pack_map_int8` is that layout as an IndexMap.
 
 Schedule: as dense_kn's (parallel over column block, row block; a register tile of
@@ -49,29 +55,38 @@ class Int8Dot:
     products of a data element (as `data_dtype`) and an int8 weight; `intrinsic` is the
     LLVM intrinsic."""
 
-    scheme: str  # "vnni" or "madd"
+    scheme: str  # "vnni", "maddubs" or "madd"
     lanes: int
     group: int
     data_dtype: str
     intrinsic: str
+    pair_sum: str = ""  # maddubs: the vpmaddwd that adds its int16 pairs into int32 lanes
 
 
-# best first: (features the target must have, instruction)
+# weights all within these take the maddubs scheme (its int16 pair sums cannot saturate)
+NARROW_WEIGHTS = (-64, 64)
+# best first: (features the target must have, instruction); maddubs only for narrow weights
 INT8_DOTS = (
     (("avx512vnni", "avx512bw"), Int8Dot("vnni", 16, 4, "uint8", "llvm.x86.avx512.vpdpbusd.512")),
     (("avxvnni",), Int8Dot("vnni", 8, 4, "uint8", "llvm.x86.avx512.vpdpbusd.256")),
+    (
+        ("avx512bw",),
+        Int8Dot("maddubs", 16, 4, "uint8", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+    ),
+    (("avx2",), Int8Dot("maddubs", 8, 4, "uint8", "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")),
     (("avx512bw",), Int8Dot("madd", 16, 2, "int16", "llvm.x86.avx512.pmaddw.d.512")),
     (("avx2",), Int8Dot("madd", 8, 2, "int16", "llvm.x86.avx2.pmadd.wd")),
     (("sse2",), Int8Dot("madd", 4, 2, "int16", "llvm.x86.sse2.pmadd.wd")),
 )
 
 
-def int8_dot(target: tvm.target.Target | None = None) -> Int8Dot:
-    """The int8 instruction of `target` (default: the current one), from its mcpu/mattr."""
+def int8_dot(target: tvm.target.Target | None = None, narrow: bool = False) -> Int8Dot:
+    """The int8 instruction of `target` (default: the current one), from its mcpu/mattr, for
+    weights that are all `narrow_weights` or not."""
     target = target or tvm.target.Target.current(allow_none=True)
     cpu_knobs(target)  # an LLVM CPU target, or a clear error
     for features, dot in INT8_DOTS:
-        if codegen.llvm_cpu_has_features(list(features), target):
+        if (narrow or dot.scheme != "maddubs") and codegen.llvm_cpu_has_features(list(features), target):
             return dot
     raise ValueError(f"int8 kernels: target {target} has no SSE2; the int8 kernels need an x86 CPU with SSE2 or newer")
 
@@ -94,6 +109,12 @@ def _dot_value(dot: Int8Dot, acc: tirx.PrimExpr, data: tirx.PrimExpr, weight: ti
         return tirx.call_llvm_pure_intrin(
             f"int32x{lanes}", dot.intrinsic, acc, tirx.reinterpret(byte, broadcast), tirx.reinterpret(byte, weight)
         )
+    if dot.scheme == "maddubs":  # int16 pair sums, then vpmaddwd by ones: the 4 products in int32
+        pairs = tirx.call_llvm_pure_intrin(
+            f"int16x{2 * lanes}", dot.intrinsic, tirx.reinterpret(f"int8x{width}", broadcast), weight
+        )
+        ones = tirx.Broadcast(tirx.const(1, "int16"), 2 * lanes)
+        return acc + tirx.call_llvm_pure_intrin(f"int32x{lanes}", dot.pair_sum, pairs, ones)
     pairs = tirx.call_llvm_pure_intrin(
         f"int32x{lanes}",
         dot.intrinsic,
@@ -185,9 +206,9 @@ def check_dense_int8(data_shape, weight_shape, data_dtype: str, weight_dtype: st
     return math.prod(rows), k, n
 
 
-def dense_int8_config(m: int, n: int, target: tvm.target.Target | None = None) -> DenseInt8Config:
-    """Tile sizes for an [m, *] x [*, n] int8 product on `target`."""
-    knobs, dot = cpu_knobs(target), int8_dot(target)
+def dense_int8_config(m: int, n: int, target: tvm.target.Target | None = None, narrow: bool = False) -> DenseInt8Config:
+    """Tile sizes for an [m, *] x [*, n] int8 product on `target` (weights all `narrow_weights` or not)."""
+    knobs, dot = cpu_knobs(target), int8_dot(target, narrow)
     n_block = 2 * dot.lanes if n > dot.lanes else dot.lanes
     rows = knobs.tile_rows(n_block, dot.lanes)
     return DenseInt8Config(m_block=pick_block(m, min(rows, 8)), n_block=n_block, dot=dot, parallel=knobs.parallel)
@@ -199,10 +220,16 @@ def weight_pack_map_int8(cfg: DenseInt8Config) -> IndexMap:
     return IndexMap.from_func(lambda k, n: [n // nb, k // g, n % nb, k % g])
 
 
+def narrow_weights(weights: np.ndarray) -> bool:
+    """Whether every weight lies in NARROW_WEIGHTS (7 bits), so the maddubs scheme is exact."""
+    lo, hi = NARROW_WEIGHTS
+    return weights.size > 0 and int(weights.min()) >= lo and int(weights.max()) <= hi
+
+
 def needs_compensation(data_dtype: str, dot: Int8Dot) -> bool:
     """Whether the kernel takes ``128 * sum_k w[k, n]`` (int32 [N]) to subtract: int8 data
-    on vpdpbusd, which reads it as uint8 ``x + 128``."""
-    return dot.scheme == "vnni" and str(data_dtype) == "int8"
+    on an instruction that takes uint8 data (vpdpbusd, vpmaddubsw), read as ``x + 128``."""
+    return dot.data_dtype == "uint8" and str(data_dtype) == "int8"
 
 
 def compensation(weight_kn: np.ndarray) -> np.ndarray:
@@ -213,7 +240,7 @@ def compensation(weight_kn: np.ndarray) -> np.ndarray:
 def data_operand(data: te.Tensor, rows, k: int, dot: Int8Dot, name: str):
     """(tensor the product reads, index of its row i and column c): `data` itself where the
     instruction reads it as it is; else a copy `name`_data [M, K padded to the group], in the
-    instruction's dtype (int16, or uint8 x + 128 for int8 data on vpdpbusd)."""
+    instruction's dtype (int16, or uint8 x + 128 for int8 data on vpdpbusd or vpmaddubsw)."""
     m, last = math.prod(rows), math.prod(rows) - 1
     if str(data.dtype) == dot.data_dtype and k % dot.group == 0:
         return data, lambda i, c: data[(*unravel_index(tirx.min(i, last), rows), c)]
@@ -252,7 +279,9 @@ def dense_kn_int8(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseI
     if not keeps_rows(rows, cfg):
         raise ValueError(f"dense_kn_int8: row axes {rows} need m_block {mb} to divide the last; flatten them to 2-D")
     if (compensation is not None) != needs_compensation(data.dtype, dot):
-        raise ValueError(f"dense_kn_int8: a compensation is needed exactly for int8 data on vpdpbusd ({dot})")
+        raise ValueError(
+            f"dense_kn_int8: a compensation is needed exactly for int8 data on vpdpbusd or vpmaddubsw ({dot})"
+        )
     operand, read = data_operand(data, rows, k, dot, "dense_kn_int8")
     rko = te.reduce_axis((0, kg), name="rko")
     rki = te.reduce_axis((0, dot.group), name="rki")

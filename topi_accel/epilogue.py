@@ -15,13 +15,16 @@ into one PrimFunc as separate loop nests over the whole output.
 `inline_epilogue` moves each of them into the kernel's write-back block, so
 the output is written once, from registers, with the epilogue applied.
 
-With symbolic shapes TVM's own preconditions of these primitives cannot be proved: the
-write-back of a kernel whose row tiles are split by a symbolic count carries a predicate
-that its affine-binding analysis does not parse, so the output's region cover, and the
-stage pipeline, are unknown. There, the schedule runs without those checks
-(``enable_check=False``); what makes the inlining right is checked here instead: every
-consumer inlined reads the kernel's output only at the element it writes, over the same
-shape (`reads_elementwise`), and the kernel's write-back writes every element of it.
+Where TVM's own preconditions of these primitives cannot be proved, the schedule runs
+without those checks (``enable_check=False``): with symbolic shapes, the write-back of a
+kernel whose row tiles are split by a symbolic count carries a predicate that its
+affine-binding analysis does not parse, so the output's region cover, and the stage
+pipeline, are unknown; and with static ones, TVM finds no stage pipeline where the
+write-back of a blockized register tile (the int8 kernels') is predicated to a channel tail
+over several channel blocks (144 channels in tiles of 32). What makes the inlining right is
+checked here instead: every consumer inlined reads the kernel's output only at the element
+it writes, over the same shape (`reads_elementwise`), and the kernel's write-back writes
+every element of it.
 """
 
 from __future__ import annotations
@@ -166,11 +169,9 @@ def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func` with its accel kernel's consumers inlined into the write-back; None if there are none.
 
     Where TVM's checks refuse a consumer that reads the output elementwise, the inlining is
-    done again without them (see the module docstring): their stage-pipeline test fails on
-    a write-back whose channel tail is predicated over several channel blocks after a
-    blockized register tile (the integer kernels' 144 channels in tiles of 32), where the
-    requantize would otherwise run as separate serial loops over the whole output after the
-    kernel (MobileNetV2 int8: 0.43 ms instead of 0.06 for a 56x56x144 pointwise conv).
+    done again without them (see the module docstring); else the requantize of an int8 kernel
+    with a channel tail ran as separate serial loops over the whole output after the kernel
+    (MobileNetV2 int8: 0.43 ms instead of 0.08 for a 56x56 24->144 pointwise conv).
     """
     checked = not _has_symbolic_shapes(func)
     result, refused = _inline_chain(func, checked)

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 import accel_target
-from tests.helpers import run_executable, run_relax, single_op_module
+from tests.helpers import isa_params, run_executable, run_relax, single_op_module
 from tests.topi.test_conv2d_nhwc_ohwi_int8 import conv_reference
 from tests.topi.test_dense_kn_int8 import int_data
 
@@ -138,3 +138,36 @@ def test_conv2d_with_requantize_fuses_into_the_kernel(channels):
     # the requantize is computed in the kernel's write-back: no block of its own
     blocks = re.findall(r'T\.sblock\("(\w+)"', func.script())
     assert [b for b in blocks if not b.startswith("conv2d_nhwc_ohwi_int8")] == ["root"], blocks
+
+
+def _asm(executable) -> str:
+    """The assembly of an executable's compiled kernels."""
+    pending, text = [executable.mod], []
+    while pending:
+        module = pending.pop()
+        pending.extend(module.imports)
+        if module.kind == "llvm":
+            text.append(module.inspect_source("asm"))
+    return "\n".join(text)
+
+
+@pytest.mark.parametrize("target", isa_params("avx2"))
+@pytest.mark.parametrize("low, high, instruction", [(-64, 64, "vpmaddubsw"), (-128, 127, "vpmaddwd")])
+def test_strategies_pick_the_instruction_from_the_constant_weights(target, low, high, instruction):
+    """On a CPU without VNNI, the conv and the matmul take vpmaddubsw exactly when every
+    constant weight fits 7 bits (reduce_range=True), vpmaddwd otherwise; both exact."""
+    x = int_data((1, 16, 9, 9), "uint8", RNG)
+    w = RNG.integers(low, high + 1, (24, 16, 3, 3)).astype("int8")
+    w[0, 0, 0, :2] = low, high
+    fc = RNG.integers(low, high + 1, (24 * 81, 10)).astype("int8")
+
+    def model(data, weight, dense):
+        y = relax.op.astype(conv_int32(data, weight, padding=1), "uint8")  # wraps: a test, not a model
+        return relax.op.matmul(relax.op.reshape(y, (1, 24 * 81)), dense, out_dtype="int32")
+
+    mod = single_op_module(model, {"data": x}, {"weight": w, "dense": fc})
+    ex = tvm.compile(mod, target=tvm.target.Target(target))
+    conv = nchw_reference(x, w, 1, 1, 1).astype("uint8")
+    np.testing.assert_array_equal(run_executable(ex, x), conv.reshape(1, -1).astype(np.int64) @ fc.astype(np.int64))
+    asm = _asm(ex)
+    assert instruction in asm and ("vpmaddubsw" in asm) == (instruction == "vpmaddubsw")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tvm
 
-from tests.helpers import ISAS, pack
+from tests.helpers import ISAS, isa_params, pack
 from tests.topi.test_dense_kn_int8 import VNNI_ISAS, all_isa_params, int_data, run_int8
 from topi_accel import conv2d_int8
 
@@ -56,7 +56,7 @@ CASES = [
 
 
 def conv_inputs(x, w, geo, cfg):
-    """The kernel's inputs: data, packed kernel and (int8 data on vpdpbusd) the compensation."""
+    """The kernel's inputs: data, packed kernel and (int8 data on vpdpbusd or vpmaddubsw) the compensation."""
     inputs = [x, pack(w, conv2d_int8.kernel_pack_map_int8(geo, cfg))]
     if conv2d_int8.takes_compensation(geo, cfg, str(x.dtype)):
         inputs.append(conv2d_int8.compensation(w))
@@ -90,7 +90,8 @@ def test_conv2d_nhwc_ohwi_int8_single_core():
 
 @pytest.mark.parametrize("isa", [*ISAS, *VNNI_ISAS])
 def test_conv2d_int8_code_uses_the_instruction(isa):
-    """vpdpbusd on VNNI targets, vpmaddwd elsewhere, never the saturating vpmaddubsw."""
+    """vpdpbusd on VNNI targets, vpmaddwd elsewhere, never vpmaddubsw for full-range weights
+    (its int16 pair sums would saturate)."""
     target = tvm.target.Target({**ISAS, **VNNI_ISAS}[isa])
     geo = conv2d_int8.conv2d_int8_geometry((1, 8, 8, 32), (32, 3, 3, 32), 1, 1)
     with target:
@@ -115,6 +116,27 @@ def test_conv2d_int8_tile_follows_the_instruction_and_registers(isa):
     with target:
         cfg = conv2d_int8.conv2d_int8_config(geo)
     assert (cfg.oc_block, cfg.ow_block) == TILE_COLUMNS[isa]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("target", isa_params("avx512", "avx2"))
+def test_conv2d_int8_narrow_weights_take_vpmaddubsw_exactly(target, dtype):
+    """7-bit weights ([-64, 64]) on a CPU without VNNI: vpmaddubsw, exact with the extremes
+    (data 255 or -128 against weights -64 and 64, padding included)."""
+    rng = np.random.default_rng(5)
+    x, w = int_data((1, 9, 9, 13), dtype, rng), rng.integers(-64, 65, (20, 3, 3, 13)).astype("int8")
+    x[0, :3] = 255 if dtype == "uint8" else -128
+    w[:2] = 64
+    w[2:4] = -64
+    geo = conv2d_int8.conv2d_int8_geometry(x.shape, w.shape, 1, 1, 1, 1, dtype)
+    with tvm.target.Target(target):
+        cfg = conv2d_int8.conv2d_int8_config(geo, narrow=True)
+    assert cfg.dot.scheme == "maddubs"
+    func = conv2d_int8.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype)
+    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+    assert "vpmaddubsw" in lib.mod.inspect_source("asm")
+    out = run_int8(func, conv_inputs(x, w, geo, cfg), (1, 9, 9, 20), target)
+    np.testing.assert_array_equal(out, conv_reference(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1))
 
 
 def test_conv2d_int8_rejects_bad_input():

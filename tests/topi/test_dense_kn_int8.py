@@ -43,7 +43,7 @@ def run_int8(func, inputs, out_shape, target) -> np.ndarray:
 
 
 def dense_inputs(x, w, cfg):
-    """The kernel's inputs: data, packed weight and (int8 data on vpdpbusd) the compensation."""
+    """The kernel's inputs: data, packed weight and (int8 data on vpdpbusd or vpmaddubsw) the compensation."""
     inputs = [x, pack(w, dense_int8.weight_pack_map_int8(cfg))]
     if dense_int8.needs_compensation(x.dtype, cfg.dot):
         inputs.append(dense_int8.compensation(w))
@@ -91,6 +91,29 @@ def test_dense_kn_int8_extremes_do_not_saturate(dtype, value):
     func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
     out = run_primfunc(func, dense_inputs(x, w, cfg), (m, n), dtype="int32")
     np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype, value", [("uint8", 255), ("int8", -128)])
+@pytest.mark.parametrize("target", isa_params("avx512", "avx2"))
+def test_dense_kn_int8_narrow_weights_take_vpmaddubsw_exactly(target, dtype, value):
+    """Weights of 7 bits ([-64, 64], reduce_range=True) on a CPU without VNNI: vpmaddubsw,
+    whose int16 pair sums cannot saturate there (255 * 64 * 2 = 32640); exact at the extremes.
+    One weight out of that range and the kernel keeps vpmaddwd."""
+    m, k, n = 3, 1030, 20
+    x = np.full((m, k), value, dtype)
+    x[1] = int_data((k,), dtype, np.random.default_rng(2))
+    w = np.full((k, n), -64, "int8")
+    w[:, 1::2] = 64
+    assert dense_int8.narrow_weights(w)
+    for weights, scheme in ((w, "maddubs"), (np.where(w == 64, 65, w).astype("int8"), "madd")):
+        with tvm.target.Target(target):
+            cfg = dense_int8.dense_int8_config(m, n, narrow=dense_int8.narrow_weights(weights))
+        assert cfg.dot.scheme == scheme
+        func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
+        lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+        assert ("vpmaddubsw" in lib.mod.inspect_source("asm")) == (scheme == "maddubs")
+        out = run_primfunc(func, dense_inputs(x, weights, cfg), (m, n), target, dtype="int32")
+        np.testing.assert_array_equal(out, x.astype(np.int64) @ weights.astype(np.int64))
 
 
 @pytest.mark.parametrize("rows", [(2, 64), (3, 5, 7)], ids=str)
