@@ -74,13 +74,22 @@ def conv2d_reference(x_nhwc, w_ohwi, strides, padding, dilation, groups):
     return out.permute(0, 2, 3, 1).numpy().astype(x_nhwc.dtype)
 
 
-def run_primfunc(func: tvm.tirx.PrimFunc, inputs, out_shape, target="accel", dtype="float32") -> np.ndarray:
-    """`func(*inputs, out)` compiled for `target`, with `out` of `out_shape` and `dtype`."""
-    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target)).jit()
+def compile_primfunc(func: tvm.tirx.PrimFunc, target="accel"):
+    """`func` compiled for `target` (its code: `.mod.inspect_source("asm")`; run it with `run_compiled`)."""
+    return tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+
+
+def run_compiled(lib, inputs, out_shape, dtype="float32") -> np.ndarray:
+    """`lib(*inputs, out)` for a `compile_primfunc` result, with `out` of `out_shape` and `dtype`."""
     args = [tvm.runtime.tensor(a) for a in inputs]
     out = tvm.runtime.tensor(np.zeros(out_shape, dtype))
-    lib(*args, out)
+    lib.jit()(*args, out)
     return out.numpy()
+
+
+def run_primfunc(func: tvm.tirx.PrimFunc, inputs, out_shape, target="accel", dtype="float32") -> np.ndarray:
+    """`func(*inputs, out)` compiled for `target`, with `out` of `out_shape` and `dtype`."""
+    return run_compiled(compile_primfunc(func, target), inputs, out_shape, dtype)
 
 
 def run_executable(executable, *inputs: np.ndarray) -> np.ndarray:

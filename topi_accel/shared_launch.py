@@ -32,8 +32,8 @@ A kernel joins only as TVM's lowering leaves it (`joining`): dimensions that are
 variables, parallel loops at the top level only, and lowered again without error (not the
 int8 kernels, see `workshare.claim_iterations`). A kernel that ClaimIterations (or
 SerialSmallKernels) lowered and checked (`workshare.LOWERED`) joins as it is: lowered once
-more, then again by the build, its claimed loops of a symbolic extent cost TVM's buffer compaction tens of seconds (a
-3-conv model of symbolic batch built in 116 s instead of 3). `accel_target.launches` finds
+more, then again by the build, its claimed loops of a symbolic extent cost TVM's buffer
+compaction tens of seconds (a 3-conv model of symbolic batch built in 116 s instead of 3). `accel_target.launches` finds
 the runs in `main`.
 """
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tvm
 
-from tests.helpers import ISAS, isa_params, pack
+from tests.helpers import ISAS, compile_primfunc, isa_params, pack, run_compiled
 from tests.topi.test_dense_kn_int8 import VNNI_ISAS, all_isa_params, int_data, run_int8
 from topi_accel import conv2d_int8
 
@@ -132,10 +132,9 @@ def test_conv2d_int8_narrow_weights_take_vpmaddubsw_exactly(target, dtype):
     with tvm.target.Target(target):
         cfg = conv2d_int8.conv2d_int8_config(geo, narrow=True)
     assert cfg.dot.scheme == "maddubs"
-    func = conv2d_int8.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype)
-    lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+    lib = compile_primfunc(conv2d_int8.conv2d_nhwc_ohwi_int8_func(geo, cfg, dtype), target)
     assert "vpmaddubsw" in lib.mod.inspect_source("asm")
-    out = run_int8(func, conv_inputs(x, w, geo, cfg), (1, 9, 9, 20), target)
+    out = run_compiled(lib, conv_inputs(x, w, geo, cfg), (1, 9, 9, 20), dtype="int32")
     np.testing.assert_array_equal(out, conv_reference(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1))
 
 

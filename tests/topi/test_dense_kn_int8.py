@@ -5,7 +5,16 @@ import pytest
 import tvm
 
 import topi_accel
-from tests.helpers import ISAS, _host_flags, isa_params, pack, run_primfunc, runs_here
+from tests.helpers import (
+    ISAS,
+    _host_flags,
+    compile_primfunc,
+    isa_params,
+    pack,
+    run_compiled,
+    run_primfunc,
+    runs_here,
+)
 from topi_accel import dense_int8
 
 # targets with VNNI (vpdpbusd): their code is compiled and checked on any host, run where it has VNNI
@@ -109,10 +118,9 @@ def test_dense_kn_int8_narrow_weights_take_vpmaddubsw_exactly(target, dtype, val
         with tvm.target.Target(target):
             cfg = dense_int8.dense_int8_config(m, n, narrow=dense_int8.narrow_weights(weights))
         assert cfg.dot.scheme == scheme
-        func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
-        lib = tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+        lib = compile_primfunc(dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype), target)
         assert ("vpmaddubsw" in lib.mod.inspect_source("asm")) == (scheme == "maddubs")
-        out = run_primfunc(func, dense_inputs(x, weights, cfg), (m, n), target, dtype="int32")
+        out = run_compiled(lib, dense_inputs(x, weights, cfg), (m, n), dtype="int32")
         np.testing.assert_array_equal(out, x.astype(np.int64) @ weights.astype(np.int64))
 
 
