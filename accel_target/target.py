@@ -19,6 +19,8 @@ import platform
 import tvm
 from tvm.target import codegen
 
+from topi_accel import amx
+
 from . import threads
 
 TAG = "accel"
@@ -44,7 +46,7 @@ def host_cpu() -> str:
     cpu = str(codegen.llvm_get_system_cpu())
     triple = str(codegen.llvm_get_system_triple())
     if cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple):
-        return cpu
+        return _with_amx(cpu)
     fallback = _cpu_level(_host_flags())
     logger.warning("accel: LLVM does not know host CPU %r; using %s (from the CPU's flags)", cpu, fallback)
     return fallback
@@ -56,6 +58,26 @@ CPU_LEVELS = (
     ("x86-64-v3", {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}),
     ("x86-64-v2", {"sse4_1", "sse4_2", "ssse3", "popcnt"}),
 )
+
+
+# The first LLVM CPU with AMX, and the /proc/cpuinfo flags of what LLVM may emit for it.
+AMX_CPU = (
+    "sapphirerapids",
+    {"amx_tile", "amx_int8", "amx_bf16", "avx512_fp16", "avx512_bf16", "avx_vnni", "avx512_vnni"},
+)
+
+
+def _with_amx(cpu: str) -> str:
+    """`cpu`, or the first LLVM CPU with AMX when the host has AMX (its flags, and Linux lends
+    this process the tile registers) but LLVM's name for it lacks it: LLVM names the CPU by
+    its model number, and a VM may report an older model (a 2-core cloud VM here reports
+    Rocket Lake's model and has Sapphire Rapids' AMX and AVX-512 FP16)."""
+    name, flags = AMX_CPU
+    if codegen.llvm_cpu_has_features(["amx-int8"], tvm.target.Target({"kind": "llvm", "mcpu": cpu})):
+        return cpu
+    if not flags <= _host_flags() or not amx.request_permission():
+        return cpu
+    return name
 
 
 def _host_flags() -> set[str]:
@@ -73,8 +95,12 @@ def _cpu_level(flags: set[str]) -> str:
 
 
 def target_config() -> dict:
-    """The dict the "accel" tag stands for on this host."""
-    return {"kind": "llvm", "keys": [KEY, "cpu"], "mcpu": host_cpu(), "num-cores": host_cores()}
+    """The dict the "accel" tag stands for on this host (AMX off where the CPU has it but
+    Linux does not lend this process its registers: a tile instruction would fault)."""
+    config = {"kind": "llvm", "keys": [KEY, "cpu"], "mcpu": host_cpu(), "num-cores": host_cores()}
+    if amx.available(tvm.target.Target({"kind": "llvm", "mcpu": config["mcpu"]})) and not amx.request_permission():
+        config["mattr"] = [f"-{feature}" for feature in amx.FEATURES]
+    return config
 
 
 def is_accel(target: tvm.target.Target | None) -> bool:

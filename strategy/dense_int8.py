@@ -47,7 +47,7 @@ def dense_kn_int8_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     dtype = str(data.ty.dtype)
     m, _, _ = kernels.check_dense_int8(static_shape(data), [k, n], dtype, str(weight.ty.dtype))
     kn = constant_array(weight)  # read once
-    cfg = kernels.dense_int8_config(m, n, narrow=kernels.narrow_weights(kn))
+    cfg = kernels.dense_int8_config(m, n, narrow=kernels.narrow_weights(kn), k=k)
     args = [relax.const(map_array(kernels.weight_pack_map_int8(cfg), kn))]
     if kernels.needs_compensation(dtype, cfg.dot):
         args.append(relax.const(kernels.compensation(kn)))

@@ -39,6 +39,7 @@ from tvm.target import codegen
 from tvm.tirx import IndexMap
 from tvm.topi.utils import ravel_index, unravel_index
 
+from . import amx
 from .dense import keeps_rows
 from .knobs import cpu_knobs, pick_block, round_up
 from .tiles import vectorize_inner
@@ -63,6 +64,9 @@ class Int8Dot:
     pair_sum: str = ""  # maddubs: the vpmaddwd that adds its int16 pairs into int32 lanes
 
 
+# rows from which a GEMM runs on AMX tiles where the target has them (fewer: a GEMV, which
+# the weights' bandwidth bounds, keeps vpdpbusd)
+AMX_MIN_ROWS = 16
 # weights all within these take the maddubs scheme (its int16 pair sums cannot saturate)
 NARROW_WEIGHTS = (-64, 64)
 # best first: (features the target must have, instruction); maddubs only for narrow weights
@@ -177,6 +181,7 @@ class DenseInt8Config:
     n_block: int
     dot: Int8Dot
     parallel: bool = True
+    amx_rows: int = 0  # rows per AMX data tile (m_block is two of them); 0: the vector instruction
 
 
 def check_dense_int8(data_shape, weight_shape, data_dtype: str, weight_dtype: str = "int8") -> tuple[int, int, int]:
@@ -206,18 +211,37 @@ def check_dense_int8(data_shape, weight_shape, data_dtype: str, weight_dtype: st
     return math.prod(rows), k, n
 
 
-def dense_int8_config(m: int, n: int, target: tvm.target.Target | None = None, narrow: bool = False) -> DenseInt8Config:
-    """Tile sizes for an [m, *] x [*, n] int8 product on `target` (weights all `narrow_weights` or not)."""
+def dense_int8_config(
+    m: int, n: int, target: tvm.target.Target | None = None, narrow: bool = False, k: int = 0
+) -> DenseInt8Config:
+    """Tile sizes for an [m, k] x [k, n] int8 product on `target` (weights all `narrow_weights`
+    or not); AMX tiles where the target has them, for 16 rows or more and k of two tile rows
+    or more (0: unknown, no AMX)."""
     knobs, dot = cpu_knobs(target), int8_dot(target, narrow)
+    if m >= AMX_MIN_ROWS and k >= 2 * amx.CHUNK and amx.available(target):
+        rows = amx.tile_rows(m)
+        return DenseInt8Config(2 * rows, amx.N_BLOCK, dot, knobs.parallel, amx_rows=rows)
     n_block = 2 * dot.lanes if n > dot.lanes else dot.lanes
     rows = knobs.tile_rows(n_block, dot.lanes)
     return DenseInt8Config(m_block=pick_block(m, min(rows, 8)), n_block=n_block, dot=dot, parallel=knobs.parallel)
 
 
 def weight_pack_map_int8(cfg: DenseInt8Config) -> IndexMap:
-    """[K, N] -> packed [N/nb, K/g, nb, g] as an IndexMap (pad N and K with zeros)."""
+    """[K, N] -> packed [N/nb, K/g, nb, g] as an IndexMap (pad N and K with zeros); for AMX
+    [N/32, K/64, 16, 32, 4]: the same order, K padded to whole tile rows of 64."""
     nb, g = cfg.n_block, cfg.dot.group
+    if cfg.amx_rows:
+        c, g = amx.CHUNK, amx.GROUP
+        return IndexMap.from_func(lambda k, n: [n // nb, k // c, k % c // g, n % nb, k % g])
     return IndexMap.from_func(lambda k, n: [n // nb, k // g, n % nb, k % g])
+
+
+def packed_weight_shape(k: int, n: int, cfg: DenseInt8Config) -> tuple[int, ...]:
+    """Shape of the [K, N] weight packed by `weight_pack_map_int8`."""
+    nb, g = cfg.n_block, cfg.dot.group
+    if cfg.amx_rows:
+        return (round_up(n, nb) // nb, round_up(k, amx.CHUNK) // amx.CHUNK, amx.CHUNK // amx.GROUP, nb, amx.GROUP)
+    return (round_up(n, nb) // nb, round_up(k, g) // g, nb, g)
 
 
 def narrow_weights(weights: np.ndarray) -> bool:
@@ -273,7 +297,7 @@ def dense_kn_int8(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseI
     *rows, k = (int(v) for v in data.shape)
     m, mb, nb, dot = math.prod(rows), cfg.m_block, cfg.n_block, cfg.dot
     kg = round_up(k, dot.group) // dot.group
-    expected = (round_up(n, nb) // nb, kg, nb, dot.group)
+    expected = packed_weight_shape(k, n, cfg)
     if tuple(int(v) for v in packed_weight.shape) != expected:
         raise ValueError(f"dense_kn_int8: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}")
     if not keeps_rows(rows, cfg):
@@ -282,6 +306,8 @@ def dense_kn_int8(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseI
         raise ValueError(
             f"dense_kn_int8: a compensation is needed exactly for int8 data on vpdpbusd or vpmaddubsw ({dot})"
         )
+    if cfg.amx_rows:
+        return _dense_amx(data, packed_weight, n, cfg, compensation)
     operand, read = data_operand(data, rows, k, dot, "dense_kn_int8")
     rko = te.reduce_axis((0, kg), name="rko")
     rki = te.reduce_axis((0, dot.group), name="rki")
@@ -353,9 +379,98 @@ def dense_kn_int8_func(rows: int | tuple[int, ...], k: int, n: int, cfg: DenseIn
     check_dense_int8((*rows, k), (k, n), data_dtype)
     dot = cfg.dot
     data = te.placeholder((*rows, k), data_dtype, name="data")
-    shape = (round_up(n, cfg.n_block) // cfg.n_block, round_up(k, dot.group) // dot.group, cfg.n_block, dot.group)
-    weight = te.placeholder(shape, "int8", name="packed_weight")
+    weight = te.placeholder(packed_weight_shape(k, n, cfg), "int8", name="packed_weight")
     comp = te.placeholder((n,), "int32", name="compensation") if needs_compensation(data_dtype, dot) else None
     out = dense_kn_int8(data, weight, n, cfg, comp)
     args = [data, weight] + ([comp] if comp is not None else []) + [out]
-    return schedule_dense_kn_int8(te.create_prim_func(args, index_dtype_override="int64"), cfg)
+    func = te.create_prim_func(args, index_dtype_override="int64")
+    if cfg.amx_rows:
+        return _schedule_dense_amx(func, cfg, data)
+    return schedule_dense_kn_int8(func, cfg)
+
+
+def _amx_reads_data(rows, k: int, cfg: DenseInt8Config, dtype: str) -> bool:
+    """Whether the AMX tiles read `data` as it is: uint8, whole 64-byte rows, whole steps
+    of rows within the last row axis."""
+    m = math.prod(rows)
+    return dtype == "uint8" and k % amx.CHUNK == 0 and m % cfg.m_block == 0 and rows[-1] % cfg.m_block == 0
+
+
+def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8Config, compensation):
+    """dense_kn_int8 on AMX tiles: int32 steps "dense_kn_int8_acc" [M/mb, N/32, mb, 32] over
+    data as it is or a copy "dense_kn_int8_data" [M padded to mb, K padded to 64] (uint8;
+    int8 data read as x + 128, rows past M zero)."""
+    *rows, k = (int(v) for v in data.shape)
+    m, mb, nb = math.prod(rows), cfg.m_block, cfg.n_block
+    if _amx_reads_data(rows, k, cfg, str(data.dtype)):
+        flat = lambda i, c: data[(*unravel_index(i, rows), c)]  # noqa: E731
+    else:
+        kp, last = round_up(k, amx.CHUNK), m - 1
+        flip = str(data.dtype) == "int8"
+        copy = te.compute(
+            (round_up(m, mb), kp),
+            lambda i, c: tirx.if_then_else(
+                tirx.all(c < k, i < m),
+                _as_uint8(data[(*unravel_index(tirx.min(i, last), rows), tirx.min(c, k - 1))], flip),
+                tirx.const(0, "uint8"),
+            ),
+            name="dense_kn_int8_data",
+        )
+        flat = lambda i, c: copy[i, c]  # noqa: E731
+    rko = te.reduce_axis((0, int(packed_weight.shape[1])), name="rko")
+    rkm = te.reduce_axis((0, amx.CHUNK // amx.GROUP), name="rkm")
+    rki = te.reduce_axis((0, amx.GROUP), name="rki")
+    acc = te.compute(
+        (round_up(m, mb) // mb, round_up(n, nb) // nb, mb, nb),
+        lambda io, jo, ii, jj: te.sum(
+            flat(io * mb + ii, rko * amx.CHUNK + rkm * amx.GROUP + rki).astype("int32")
+            * packed_weight[jo, rko, rkm, jj, rki].astype("int32"),
+            axis=[rko, rkm, rki],
+        ),
+        name="dense_kn_int8_acc",
+    )
+
+    def value(*i):
+        r = ravel_index(i[:-1], rows)
+        v = acc[r // mb, i[-1] // nb, r % mb, i[-1] % nb]
+        return v if compensation is None else v - compensation[i[-1]]
+
+    return te.compute((*rows, n), value, name="dense_kn_int8")
+
+
+def _as_uint8(x: tirx.PrimExpr, flip: bool) -> tirx.PrimExpr:
+    """uint8 `x`, or int8 `x` read as x + 128."""
+    return (x.astype("int16") + 128).astype("uint8") if flip else x
+
+
+def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config, data: te.Tensor) -> tirx.PrimFunc:
+    """Schedule `_dense_amx`: parallel over (column step, row step), each one AMX step."""
+    sch = s_tir.Schedule(func)
+    acc, out = sch.get_sblock("dense_kn_int8_acc"), sch.get_sblock("dense_kn_int8")
+    io, jo, ii, *_ = sch.get_loops(acc)
+    sch.reorder(jo, io)
+    outer = sch.fuse(jo, io)
+    if cfg.parallel:
+        sch.parallel(outer)
+    sch.reverse_compute_at(out, outer)
+    sch.set_scope(acc, 0, "local")
+    block = sch.get(acc)
+    acc_buffer = block.writes[0].source
+    reads = {r.source.name: r.source for r in block.reads}
+    weight, source = reads["packed_weight"], reads.get("dense_kn_int8_data", reads.get("data"))
+    rows_, mb, R = [int(v) for v in source.shape[:-1]], cfg.m_block, cfg.amx_rows
+
+    def regions(vars_):
+        i_o, j_o = vars_[:2]
+        first = unravel_index(i_o * mb, rows_)
+        return (
+            amx.region(source, first[:-1], [(first[-1], mb)]),
+            amx.region(weight, [j_o]),
+            amx.region(acc_buffer, [i_o, j_o]),
+        )
+
+    steps = amx.Reduction(int(weight.shape[1]), lambda strides: amx.CHUNK, amx.CHUNK * cfg.n_block)
+    amx.emit_step(sch, ii, R, regions, lambda s: s[-2], lambda s: R * s[-2], [steps])
+    vectorize_inner(sch, out, cfg.dot.lanes)
+    schedule_copy(sch, "dense_kn_int8_data", cfg.dot.lanes, cfg.parallel)
+    return amx.with_permission(sch.mod["main"])

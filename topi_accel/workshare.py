@@ -63,6 +63,7 @@ def lower_blocks(compact_again: bool = True) -> tvm.transform.Pass:
             s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
             s_tir.transform.ConvertBlocksToOpaque(),
             s_tir.transform.CompactBufferAllocation(),
+            s_tir.transform.LowerMatchBuffer(),  # the AMX kernels' operands (topi_accel.amx)
             # as TVM's pipeline does before flattening: compacting a buffer that a row-by-row
             # kernel computes per row leaves indices such as `row - row`, on which FlattenBuffer
             # divides by zero (SegFormer's and CvT's reshape-transpose chains)

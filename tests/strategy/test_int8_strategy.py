@@ -9,9 +9,11 @@ import tvm
 from tvm import relax
 
 import accel_target
-from tests.helpers import isa_params, run_executable, run_relax, single_op_module
+from accel_target.reporting import calls_of
+from tests.helpers import _host_flags, isa_params, run_executable, run_relax, single_op_module
 from tests.topi.test_conv2d_nhwc_ohwi_int8 import conv_reference
 from tests.topi.test_dense_kn_int8 import int_data
+from topi_accel import amx
 
 RNG = np.random.default_rng(7)
 
@@ -171,3 +173,40 @@ def test_strategies_pick_the_instruction_from_the_constant_weights(target, low, 
     np.testing.assert_array_equal(run_executable(ex, x), conv.reshape(1, -1).astype(np.int64) @ fc.astype(np.int64))
     asm = _asm(ex)
     assert instruction in asm and ("vpmaddubsw" in asm) == (instruction == "vpmaddubsw")
+
+
+AMX_TARGET = {"tag": "accel", "mcpu": "sapphirerapids"}
+
+
+@pytest.mark.skipif(not (amx.request_permission() and "amx_int8" in _host_flags()), reason="host cannot run AMX code")
+def test_amx_conv_writing_over_its_residual_is_exact():
+    """An int8 conv on AMX tiles whose write-back adds a float residual writes over it
+    (WriteInPlace, which lowers match buffers before TVM compacts the tile buffer), equal to
+    numpy's (the int8 steps exact, the float ones to rounding). Addressing the accumulators
+    through a match buffer wrote past the compacted tile buffer here, and MobileNetV2's int8
+    build aborted with a corrupted heap."""
+    c = 128
+    x = int_data((1, c, 14, 14), "uint8", RNG)
+    w1, w2, w3 = (int_data((c, c, k, k), "int8", RNG) for k in (1, 1, 3))
+    s = RNG.uniform(1e-4, 1e-3, (3, c)).astype("float32")
+    b = RNG.uniform(-5, 5, (3, c)).astype("float32")
+    shape = (1, c, 1, 1)
+
+    def model(data, w1, w2, w3, s0, s1, s2, b0, b1, b2):
+        a = requantize(conv_int32(data, w1), s0, b0, 3, shape)
+        shortcut = relax.op.astype(requantize(conv_int32(data, w2), s1, b1, 3, shape), "float32")
+        y = relax.op.astype(conv_int32(a, w3, padding=1), "float32")
+        y = relax.op.add(relax.op.multiply(y, relax.op.reshape(s2, shape)), relax.op.reshape(b2, shape))
+        return relax.op.add(y, shortcut)  # a float residual, as ResNet's dequantized shortcut
+
+    consts = {"w1": w1, "w2": w2, "w3": w3, **{f"s{i}": s[i] for i in range(3)}, **{f"b{i}": b[i] for i in range(3)}}
+    mod = single_op_module(model, {"data": x}, consts)
+    target = tvm.target.Target(AMX_TARGET)
+    ex = accel_target.build(mod, target=target)
+    assert "tdpbusd" in _asm(ex)
+    assert calls_of(accel_target.optimize(mod, target=target), ("relax.call_tir_inplace",))
+    col = lambda v: v[None, :, None, None]  # noqa: E731
+    a = requantize_reference(nchw_reference(x, w1, 1, 0, 1), col(s[0]), col(b[0]), 3)
+    shortcut = requantize_reference(nchw_reference(x, w2, 1, 0, 1), col(s[1]), col(b[1]), 3)
+    ref = nchw_reference(a, w3, 1, 1, 1).astype("float32") * col(s[2]) + col(b[2]) + shortcut.astype("float32")
+    np.testing.assert_allclose(run_executable(ex, x), ref, rtol=1e-6, atol=1e-4)

@@ -5,7 +5,7 @@ import pytest
 import tvm
 
 from tests.helpers import ISAS, compile_primfunc, isa_params, pack, run_compiled
-from tests.topi.test_dense_kn_int8 import VNNI_ISAS, all_isa_params, int_data, run_int8
+from tests.topi.test_dense_kn_int8 import AMX_ISAS, VNNI_ISAS, all_isa_params, int_data, run_int8
 from topi_accel import conv2d_int8
 
 
@@ -52,6 +52,9 @@ CASES = [
     ((2, 7, 9, 3), (5, 3, 2, 3), (2, 1), (1, 0, 2, 1), (2, 1), 1),
     ((1, 8, 8, 7), (7, 3, 3, 1), (1, 1), (2, 2, 2, 2), (2, 2), 7),
     ((1, 8, 8, 4), (8, 3, 3, 1), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+    # AMX tiles: batch 2, stride 2, asymmetric padding, 40 channels out (a tail); dilation 2
+    ((2, 9, 11, 128), (40, 3, 3, 128), (2, 2), (1, 0, 2, 1), (1, 1), 1),
+    ((1, 10, 10, 64), (32, 3, 3, 64), (1, 1), (2, 2, 2, 2), (2, 2), 1),
 ]
 
 
@@ -101,6 +104,36 @@ def test_conv2d_int8_code_uses_the_instruction(isa):
     ).inspect_source("asm")
     assert ("vpdpbusd" if "vnni" in isa else "pmaddwd") in asm
     assert "pmaddubsw" not in asm
+
+
+# (data, kernel, stride) -> rows per AMX data tile (0: vpdpbusd)
+AMX_CONVS = [
+    ((1, 14, 14, 256), (256, 3, 3, 256), 1, 7),
+    ((1, 56, 56, 256), (64, 1, 1, 256), 1, 14),
+    ((1, 28, 28, 256), (512, 1, 1, 256), 2, 7),
+    ((1, 56, 56, 64), (256, 1, 1, 64), 1, 0),  # one tile row of reduction
+    ((1, 14, 14, 96), (576, 1, 1, 96), 1, 0),  # channels not whole tile rows
+    ((1, 7, 7, 2048), (512, 1, 1, 2048), 1, 0),  # 1x1 on 4-row tiles
+    ((1, 56, 56, 64), (64, 3, 3, 64), 1, 14),
+    ((1, 28, 28, 64), (64, 3, 3, 1), 1, 0),  # depthwise
+]
+
+
+@pytest.mark.parametrize("isa", ["amx", "avx512vnni"])
+@pytest.mark.parametrize("shape, kernel, stride, rows", AMX_CONVS, ids=str)
+def test_conv2d_int8_takes_amx_tiles_where_they_pay(shape, kernel, stride, rows, isa):
+    """On AMX targets the convs `_takes_amx` picks run tdpbusd (compiled, on any host); the
+    others, and every conv on a VNNI target, vpdpbusd."""
+    target = tvm.target.Target({**VNNI_ISAS, **AMX_ISAS}[isa])
+    groups = shape[3] if kernel[3] == 1 else 1
+    geo = conv2d_int8.conv2d_int8_geometry(shape, kernel, stride, kernel[1] // 2, 1, groups)
+    with target:
+        cfg = conv2d_int8.conv2d_int8_config(geo)
+    expected = rows if isa == "amx" else 0
+    assert cfg.amx_rows == expected
+    if kernel[1] == 3 and groups == 1:  # compile one of each kind
+        asm = compile_primfunc(conv2d_int8.conv2d_nhwc_ohwi_int8_func(geo, cfg), target).mod.inspect_source("asm")
+        assert ("tdpbusd" in asm) == bool(expected)
 
 
 # output columns of a 32-channel register tile (14x14x256 3x3): vpdpbusd with 32 registers keeps

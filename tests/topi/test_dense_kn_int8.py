@@ -15,29 +15,34 @@ from tests.helpers import (
     run_primfunc,
     runs_here,
 )
-from topi_accel import dense_int8
+from topi_accel import amx, dense_int8
 
 # targets with VNNI (vpdpbusd): their code is compiled and checked on any host, run where it has VNNI
 VNNI_ISAS = {
     "avx512vnni": {"tag": "accel", "mcpu": "cascadelake"},
     "avxvnni": {"tag": "accel", "mcpu": "alderlake"},
 }
-VNNI_FLAGS = {"avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni"}
+# a target with AMX (tdpbusd on tiles) for the GEMMs and convs that take it, vpdpbusd beside
+AMX_ISAS = {"amx": {"tag": "accel", "mcpu": "sapphirerapids"}}
+VNNI_FLAGS = {"avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni", "amx": "amx_int8"}
 
 
 def all_isa_params() -> list:
-    """isa_params() and the VNNI targets, each skipped where this host cannot run it."""
-    vnni = [
+    """isa_params() and the VNNI and AMX targets, each skipped where this host cannot run it
+    (AMX code also needs Linux to lend the process the tile registers)."""
+    special = [
         pytest.param(
             target,
             id=name,
             marks=pytest.mark.skipif(
-                not (runs_here(target) and VNNI_FLAGS[name] in _host_flags()), reason=f"host cannot run {name} code"
+                not (runs_here(target) and VNNI_FLAGS[name] in _host_flags())
+                or (name == "amx" and not amx.request_permission()),
+                reason=f"host cannot run {name} code",
             ),
         )
-        for name, target in VNNI_ISAS.items()
+        for name, target in {**VNNI_ISAS, **AMX_ISAS}.items()
     ]
-    return [*isa_params(), *vnni]
+    return [*isa_params(), *special]
 
 
 def int_data(shape, dtype, rng):
@@ -66,6 +71,9 @@ SHAPES = [
     (128, 3072, 768),
     (1, 768, 3072),
     (1, 768, 768),
+    # AMX: whole tiles read in place; rows, K and N all with tails (a copy pads them)
+    (64, 256, 40),
+    (100, 200, 70),
     # tails: prime M, K and N not multiples of the group or the vector
     (97, 33, 17),
     (7, 37, 50),
@@ -82,7 +90,8 @@ def test_dense_kn_int8(shape, target, dtype):
     rng = np.random.default_rng(m * k + n)
     x, w = int_data((m, k), dtype, rng), int_data((k, n), "int8", rng)
     with tvm.target.Target(target):
-        cfg = dense_int8.dense_int8_config(m, n)
+        cfg = dense_int8.dense_int8_config(m, n, k=k)
+    assert bool(cfg.amx_rows) == (amx.available(tvm.target.Target(target)) and m >= 16 and k >= 128)
     func = dense_int8.dense_kn_int8_func(m, k, n, cfg, dtype)
     out = run_primfunc(func, dense_inputs(x, w, cfg), (m, n), target, dtype="int32")
     np.testing.assert_array_equal(out, x.astype(np.int64) @ w.astype(np.int64))
@@ -161,6 +170,26 @@ def test_int8_instruction_follows_the_target(isa):
         asm = tvm.tirx.build(tvm.IRModule({"main": func}), target).inspect_source("asm")
         assert ("vpdpbusd" if dot.scheme == "vnni" else "pmaddwd") in asm
         assert "pmaddubsw" not in asm
+
+
+@pytest.mark.parametrize("isa, amx_code", [("amx", True), ("avx512vnni", False)])
+@pytest.mark.parametrize("m, k, amx_rows", [(128, 768, 16), (40, 128, 10), (1, 768, 0), (128, 64, 0)])
+def test_dense_int8_takes_amx_tiles_where_the_target_has_them(isa, amx_code, m, k, amx_rows):
+    """AMX targets: tdpbusd on tiles for 16 rows and K of two tile rows or more (rows per tile
+    from the rows' tail: 40 = 2 x 2 x 10), vpdpbusd for a GEMV or a short K; VNNI targets never
+    (on any host: the code is compiled, not run)."""
+    target = tvm.target.Target({**VNNI_ISAS, **AMX_ISAS}[isa])
+    with target:
+        cfg = dense_int8.dense_int8_config(m, 64, k=k)
+    assert cfg.amx_rows == (amx_rows if amx_code else 0)
+    asm = compile_primfunc(dense_int8.dense_kn_int8_func(m, k, 64, cfg), target).mod.inspect_source("asm")
+    assert ("tdpbusd" in asm and "ldtilecfg" in asm) == bool(cfg.amx_rows)
+    assert "vpdpbusd" in asm or cfg.amx_rows
+
+
+def test_amx_tile_rows_waste_least():
+    """Rows per data tile (a step takes two): 16 where that pads least, else fewer."""
+    assert [amx.tile_rows(n) for n in (128, 56, 28, 14, 7, 40, 1)] == [16, 14, 14, 7, 4, 10, 1]
 
 
 def test_dense_kn_int8_rejects_bad_input():
