@@ -89,10 +89,11 @@ def with_permission(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def tile_rows(extent: int) -> int:
-    """Rows per data tile (a step takes two) for an axis of `extent` rows: the most rows, up
-    to 16, whose padded grid wastes least (56 columns: 14, not 16, which would pad to 64)."""
-    best = min(range(1, MAX_ROWS + 1), key=lambda r: (-(-extent // (2 * r)) * 2 * r - extent, -r))
-    return best
+    """Rows per data tile (a step takes two) for an axis of `extent` rows: as few steps as
+    16-row tiles need, their rows balanced (56: 2 x 14, not 16, which would pad to 64; 49: 2 x
+    13)."""
+    steps = -(-extent // (2 * MAX_ROWS))
+    return -(-extent // (2 * steps))
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,13 @@ def region(buffer, points, spans=()) -> tirx.BufferRegion:
     ranges += [tvm.ir.Range.from_min_extent(x, e) for x, e in spans]
     ranges += [tvm.ir.Range.from_min_extent(0, int(d)) for d in buffer.shape[len(ranges) :]]
     return tirx.BufferRegion(buffer, ranges)
+
+
+def _row(acc, starts, row: int, half: int) -> list:
+    """Indices along `acc`'s last three axes (rows of a step as (a, b) with b fastest, columns)
+    of its row `row` (counted across both) and column block `half`, from `starts`."""
+    inner = int(acc.shape[-2])
+    return [starts[-3] + row // inner, starts[-2] + row % inner, starts[-1] + half * COLUMNS]
 
 
 def _call(name: str, *args) -> tirx.Stmt:
@@ -164,7 +172,7 @@ def emit_step(
 
     regions: a function of the step's block iteration variables giving the BufferRegions it
     reads of the data and the weights, and writes of the accumulators (whose last two axes
-    are its rows and 32 columns). data_row_stride,
+    are its rows and 32 columns, the rows as two axes, contiguous). data_row_stride,
     data_second_tile: functions of the data match buffer's strides giving the elements
     between two rows of a data tile and from the first data tile to the second. The
     weights are packed so that a chunk is 16 rows of (32 columns x 4) int8, contiguous.
@@ -204,9 +212,7 @@ def emit_step(
         _call(
             "llvm.x86.tilestored64",
             _tile(t),
-            tirx.address_of(
-                tirx.BufferLoad(acc, [*starts[:-2], starts[-2] + (t // 2) * rows, starts[-1] + (t % 2) * COLUMNS])
-            ),
+            tirx.address_of(tirx.BufferLoad(acc, [*starts[:-3], *_row(acc, starts, (t // 2) * rows, t % 2)])),
             tirx.const(int(acc.shape[-1]) * 4, "int64"),
         )
         for t in range(4)

@@ -61,7 +61,8 @@ class Conv2DInt8Config:
     dot: Int8Dot
     parallel: bool = True
     channels_outer: bool = True
-    amx_rows: int = 0  # output columns per AMX data tile (ow_block is two); 0: the vector instruction
+    amx_rows: int = 0  # output columns per AMX data tile; 0: the vector instruction
+    oh_block: int = 1  # output rows per AMX step: 2 (a data tile per row) where a row fits a tile
 
     @property
     def lanes(self) -> int:
@@ -110,8 +111,11 @@ def conv2d_int8_config(
     knobs, dot = cpu_knobs(target), int8_dot(target, narrow and not is_depthwise(geo))
     lanes, two = dot.lanes, 2 * dot.lanes
     if _takes_amx(geo, target):
-        rows = amx.tile_rows(geo.out_w)
-        return Conv2DInt8Config(amx.N_BLOCK, 2 * rows, dot, knobs.parallel, _channels_outer(geo, "int8"), rows)
+        rows, oh_block = _amx_tile(geo)
+        ow_block = rows * (3 - oh_block)  # a step: two tiles along the row, or one in each of two rows
+        return Conv2DInt8Config(
+            amx.N_BLOCK, ow_block, dot, knobs.parallel, _channels_outer(geo, "int8"), rows, oh_block
+        )
     if is_depthwise(geo):
         whole = [b for b in (two, lanes) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
@@ -127,12 +131,22 @@ def _takes_amx(geo: Conv2DGeometry, target) -> bool:
     kernel, a tile has 7 rows or more. Measured on a 2-core Sapphire Rapids-class host
     against vpdpbusd (kernels alone): ResNet-50's 3x3 convs 1.6-2.6x faster, its 1x1 convs
     1.3-2.5x; slower were a 1x1 of 64 channels (one tile row: 0.14 vs 0.12 ms), 96
-    channels padded to 128 (0.074 vs 0.041) and 1x1 at 7x7 (4-row tiles: 0.122 vs 0.107)."""
+    channels padded to 128 (0.074 vs 0.041) and a 1x1 at 7x7 on 4-column tiles (two per row:
+    0.122 vs 0.107; on tiles of a whole row, two rows per step, `_amx_tile`: 0.098)."""
     if is_depthwise(geo) or geo.in_c % amx.CHUNK or geo.kh * geo.kw * geo.in_c < 2 * amx.CHUNK:
         return False
-    if geo.kh * geo.kw == 1 and amx.tile_rows(geo.out_w) < AMX_MIN_ROWS_1X1:
+    if geo.kh * geo.kw == 1 and _amx_tile(geo)[0] < AMX_MIN_ROWS_1X1:
         return False
     return amx.available(target)
+
+
+def _amx_tile(geo: Conv2DGeometry) -> tuple[int, int]:
+    """(output columns per data tile, output rows per step): a row of up to 16 columns is one
+    tile and a step takes two rows (7x7: tiles of 7, not two of 4 in one row); a longer row
+    takes balanced tiles, two per step."""
+    if geo.out_w <= amx.MAX_ROWS:
+        return geo.out_w, 2
+    return amx.tile_rows(geo.out_w), 1
 
 
 def _tile_rows(knobs, oc_block: int, dot: Int8Dot) -> int:
@@ -180,9 +194,11 @@ def _padded_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DInt8Config, d
     conversion), channels zero-padded to the group ("conv2d_nhwc_ohwi_int8_pad"); `data`
     itself when none of that is needed."""
     g = 1 if is_depthwise(geo) else amx.CHUNK if cfg.amx_rows else cfg.dot.group
-    if _input_extent(geo, cfg) is None and str(data.dtype) == dtype and geo.in_c % g == 0:
-        return data
     need_h, need_w = _grid_extent(geo, cfg.ow_block)
+    need_h += (round_up(geo.out_h, cfg.oh_block) - geo.out_h) * geo.stride[0]  # the rows of a step's grid
+    inside = need_h <= geo.in_h and _input_extent(geo, cfg) is None
+    if inside and str(data.dtype) == dtype and geo.in_c % g == 0:
+        return data
     pt, pl = geo.pad[0], geo.pad[1]
     flip = dtype == "uint8" and str(data.dtype) == "int8"  # vpdpbusd reads int8 data as x + 128
 
@@ -225,10 +241,10 @@ def conv2d_nhwc_ohwi_int8(
     shape = (geo.batch, geo.out_h, geo.out_w, geo.out_c)
     if cfg.amx_rows:
         acc = _amx_acc(data, packed_kernel, geo, cfg)
-        wb, ob = cfg.ow_block, cfg.oc_block
+        hb, wb, ob = cfg.oh_block, cfg.ow_block, cfg.oc_block
 
         def value(n, h, w, o):
-            v = acc[n, h, w // wb, o // ob, w % wb, o % ob]
+            v = acc[n, h // hb, w // wb, o // ob, h % hb, w % wb, o % ob]
             return v if comp is None else v - comp[o]
 
         return te.compute(shape, value, name=NAME)
@@ -259,9 +275,9 @@ def _dot_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) ->
 
 
 def _amx_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> te.Tensor:
-    """The int32 steps of an AMX conv, [N, OH, W/wb, O/32, wb, 32] (wb = `ow_block`): sums
-    over (kh, kw, channel chunk of 64, group of 4, channel)."""
-    wb, ob, c, g = cfg.ow_block, cfg.oc_block, amx.CHUNK, amx.GROUP
+    """The int32 steps of an AMX conv, [N, OH/hb, W/wb, O/32, hb, wb, 32] (hb, wb = `oh_block`,
+    `ow_block`): sums over (kh, kw, channel chunk of 64, group of 4, channel)."""
+    hb, wb, ob, c, g = cfg.oh_block, cfg.ow_block, cfg.oc_block, amx.CHUNK, amx.GROUP
     padded = _padded_input(data, geo, cfg, "uint8")
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     rkh = te.reduce_axis((0, geo.kh), name="rkh")
@@ -270,9 +286,19 @@ def _amx_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) ->
     rcm = te.reduce_axis((0, c // g), name="rcm")
     rci = te.reduce_axis((0, g), name="rci")
     return te.compute(
-        (geo.batch, geo.out_h, round_up(geo.out_w, wb) // wb, round_up(geo.out_c, ob) // ob, wb, ob),
-        lambda n, h, wo, oo, wi, oi: te.sum(
-            padded[n, h * sh + rkh * dh, (wo * wb + wi) * sw + rkw * dw, rco * c + rcm * g + rci].astype("int32")
+        (
+            geo.batch,
+            round_up(geo.out_h, hb) // hb,
+            round_up(geo.out_w, wb) // wb,
+            round_up(geo.out_c, ob) // ob,
+            hb,
+            wb,
+            ob,
+        ),
+        lambda n, ho, wo, oo, hi, wi, oi: te.sum(
+            padded[n, (ho * hb + hi) * sh + rkh * dh, (wo * wb + wi) * sw + rkw * dw, rco * c + rcm * g + rci].astype(
+                "int32"
+            )
             * packed_kernel[oo, rkh, rkw, rco, rcm, oi, rci].astype("int32"),
             axis=[rkh, rkw, rco, rcm, rci],
         ),
@@ -281,10 +307,10 @@ def _amx_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) ->
 
 
 def _schedule_amx(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> None:
-    """Parallel over (channel step, batch, row) or (batch, row); a step of 2 x `amx_rows`
+    """Parallel over (channel step, batch, rows) or (batch, rows); a step of 2 x `amx_rows`
     output columns x 32 channels per AMX step."""
     acc, out = sch.get_sblock(f"{NAME}_acc"), sch.get_sblock(NAME)
-    n, h, wo, oo, wi, *_ = sch.get_loops(acc)
+    n, h, wo, oo, hi, *_ = sch.get_loops(acc)
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo)
         outer, tile = sch.fuse(oo, n, h), wo
@@ -298,14 +324,14 @@ def _schedule_amx(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DInt8Confi
     acc_buffer = block.writes[0].source
     padded, kernel = (r.source for r in block.reads)
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
-    wb, rows = cfg.ow_block, cfg.amx_rows
+    hb, wb, rows = cfg.oh_block, cfg.ow_block, cfg.amx_rows
     chunks = int(kernel.shape[3])
-    h_extent, w_extent = (geo.kh - 1) * dh + 1, (wb - 1) * sw + (geo.kw - 1) * dw + 1
+    h_extent, w_extent = (hb - 1) * sh + (geo.kh - 1) * dh + 1, (wb - 1) * sw + (geo.kw - 1) * dw + 1
 
     def regions(vars_):
         v_n, v_h, v_wo, v_oo = vars_[:4]
         return (
-            amx.region(padded, [v_n], [(v_h * sh, h_extent), (v_wo * wb * sw, w_extent)]),
+            amx.region(padded, [v_n], [(v_h * hb * sh, h_extent), (v_wo * wb * sw, w_extent)]),
             amx.region(kernel, [v_oo]),
             amx.region(acc_buffer, [v_n, v_h, v_wo, v_oo]),
         )
@@ -316,7 +342,9 @@ def _schedule_amx(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DInt8Confi
         amx.Reduction(geo.kw, lambda s: dw * s[2], chunks * chunk),
         amx.Reduction(chunks, lambda s: amx.CHUNK, chunk),
     ]
-    amx.emit_step(sch, wi, rows, regions, lambda s: sw * s[2], lambda s: rows * sw * s[2], reductions)
+    # the second data tile: the next output row, or the next columns of the same row
+    second = (lambda s: sh * s[1]) if hb == 2 else (lambda s: rows * sw * s[2])
+    amx.emit_step(sch, hi, rows, regions, lambda s: sw * s[2], second, reductions)
 
 
 def _depthwise_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Config) -> te.Tensor:

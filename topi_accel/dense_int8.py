@@ -397,7 +397,7 @@ def _amx_reads_data(rows, k: int, cfg: DenseInt8Config, dtype: str) -> bool:
 
 
 def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8Config, compensation):
-    """dense_kn_int8 on AMX tiles: int32 steps "dense_kn_int8_acc" [M/mb, N/32, mb, 32] over
+    """dense_kn_int8 on AMX tiles: int32 steps "dense_kn_int8_acc" [M/mb, N/32, 1, mb, 32] over
     data as it is or a copy "dense_kn_int8_data" [M padded to mb, K padded to 64] (uint8;
     int8 data read as x + 128, rows past M zero)."""
     *rows, k = (int(v) for v in data.shape)
@@ -421,8 +421,8 @@ def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8
     rkm = te.reduce_axis((0, amx.CHUNK // amx.GROUP), name="rkm")
     rki = te.reduce_axis((0, amx.GROUP), name="rki")
     acc = te.compute(
-        (round_up(m, mb) // mb, round_up(n, nb) // nb, mb, nb),
-        lambda io, jo, ii, jj: te.sum(
+        (round_up(m, mb) // mb, round_up(n, nb) // nb, 1, mb, nb),
+        lambda io, jo, _, ii, jj: te.sum(
             flat(io * mb + ii, rko * amx.CHUNK + rkm * amx.GROUP + rki).astype("int32")
             * packed_weight[jo, rko, rkm, jj, rki].astype("int32"),
             axis=[rko, rkm, rki],
@@ -432,7 +432,7 @@ def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8
 
     def value(*i):
         r = ravel_index(i[:-1], rows)
-        v = acc[r // mb, i[-1] // nb, r % mb, i[-1] % nb]
+        v = acc[r // mb, i[-1] // nb, 0, r % mb, i[-1] % nb]
         return v if compensation is None else v - compensation[i[-1]]
 
     return te.compute((*rows, n), value, name="dense_kn_int8")
@@ -447,7 +447,7 @@ def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config, data: te.Tens
     """Schedule `_dense_amx`: parallel over (column step, row step), each one AMX step."""
     sch = s_tir.Schedule(func)
     acc, out = sch.get_sblock("dense_kn_int8_acc"), sch.get_sblock("dense_kn_int8")
-    io, jo, ii, *_ = sch.get_loops(acc)
+    io, jo, _, ii, *_ = sch.get_loops(acc)
     sch.reorder(jo, io)
     outer = sch.fuse(jo, io)
     if cfg.parallel:

@@ -106,16 +106,17 @@ def test_conv2d_int8_code_uses_the_instruction(isa):
     assert "pmaddubsw" not in asm
 
 
-# (data, kernel, stride) -> rows per AMX data tile (0: vpdpbusd)
+# (data, kernel, stride) -> (output columns per AMX data tile, output rows per step); (0, 1): vpdpbusd
 AMX_CONVS = [
-    ((1, 14, 14, 256), (256, 3, 3, 256), 1, 7),
-    ((1, 56, 56, 256), (64, 1, 1, 256), 1, 14),
-    ((1, 28, 28, 256), (512, 1, 1, 256), 2, 7),
-    ((1, 56, 56, 64), (256, 1, 1, 64), 1, 0),  # one tile row of reduction
-    ((1, 14, 14, 96), (576, 1, 1, 96), 1, 0),  # channels not whole tile rows
-    ((1, 7, 7, 2048), (512, 1, 1, 2048), 1, 0),  # 1x1 on 4-row tiles
-    ((1, 56, 56, 64), (64, 3, 3, 64), 1, 14),
-    ((1, 28, 28, 64), (64, 3, 3, 1), 1, 0),  # depthwise
+    ((1, 14, 14, 256), (256, 3, 3, 256), 1, (14, 2)),  # a row per tile, two rows per step
+    ((1, 56, 56, 256), (64, 1, 1, 256), 1, (14, 1)),  # two tiles along a row of 56: 14 + 14
+    ((1, 28, 28, 256), (512, 1, 1, 256), 2, (14, 2)),
+    ((1, 7, 7, 2048), (512, 1, 1, 2048), 1, (7, 2)),
+    ((1, 56, 56, 64), (256, 1, 1, 64), 1, (0, 1)),  # one tile row of reduction
+    ((1, 14, 14, 96), (576, 1, 1, 96), 1, (0, 1)),  # channels not whole tile rows
+    ((1, 7, 7, 512), (64, 1, 1, 512), 2, (0, 1)),  # a 1x1 on 4-column tiles
+    ((1, 56, 56, 64), (64, 3, 3, 64), 1, (14, 1)),
+    ((1, 28, 28, 64), (64, 3, 3, 1), 1, (0, 1)),  # depthwise
 ]
 
 
@@ -129,11 +130,11 @@ def test_conv2d_int8_takes_amx_tiles_where_they_pay(shape, kernel, stride, rows,
     geo = conv2d_int8.conv2d_int8_geometry(shape, kernel, stride, kernel[1] // 2, 1, groups)
     with target:
         cfg = conv2d_int8.conv2d_int8_config(geo)
-    expected = rows if isa == "amx" else 0
-    assert cfg.amx_rows == expected
+    expected = rows if isa == "amx" else (0, 1)
+    assert (cfg.amx_rows, cfg.oh_block) == expected
     if kernel[1] == 3 and groups == 1:  # compile one of each kind
         asm = compile_primfunc(conv2d_int8.conv2d_nhwc_ohwi_int8_func(geo, cfg), target).mod.inspect_source("asm")
-        assert ("tdpbusd" in asm) == bool(expected)
+        assert ("tdpbusd" in asm) == bool(expected[0])
 
 
 # output columns of a 32-channel register tile (14x14x256 3x3): vpdpbusd with 32 registers keeps
