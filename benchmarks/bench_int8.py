@@ -1,6 +1,7 @@
 """Quantized models, batch 1: accel int8 against ONNX Runtime int8 and accel's own fp32 build.
 
-    python benchmarks/bench_int8.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--threads 2] [--mcpu haswell]
+    python benchmarks/bench_int8.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--threads 2]
+                                    [--mcpu haswell] [--no-amx]
 
 The models of benchmarks/models.py (random weights) are exported to ONNX and quantized with ONNX
 Runtime's ``quantize_static`` as a user would: QDQ format, per-channel int8 weights, uint8
@@ -15,6 +16,11 @@ same thread count:
 
 Prints a markdown table (and --json rows); "agree" is the share of accel int8's outputs within one
 quantization step of ONNX Runtime's.
+
+On an AMX host (Sapphire Rapids and later) both accel and ONNX Runtime use AMX for int8.
+``--no-amx`` measures a VNNI host without it on the same machine: accel built with
+``mattr=["-amx-tile", "-amx-int8"]``, and ONNX Runtime's process refused the tile registers by a
+seccomp filter (`deny_amx`), so that its MLAS takes its AVX-512 VNNI kernels.
 """
 
 from __future__ import annotations
@@ -51,14 +57,52 @@ def _quantize(name: str, folder: str) -> str:
     return quantized_onnx(model, tuple(x.shape), pathlib.Path(folder), count=4, **ops)
 
 
-def _runner(contender: str, name: str, folder: str, threads: int, mcpu: str | None = None):
-    """(run, output) for one contender, built or loaded in this process (accel for `mcpu`, if given)."""
+def deny_amx() -> None:
+    """Make Linux refuse this process the AMX tile registers (a seccomp filter failing
+    ``arch_prctl(ARCH_REQ_XCOMP_PERM)`` with EPERM), so that a library that asks for them
+    first, as ONNX Runtime's MLAS does, falls back to its AVX-512 VNNI kernels: a VNNI host
+    without AMX, on an AMX host."""
+    import ctypes
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    load, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
+    program = [
+        (load, 0, 0, 0),  # the syscall number
+        (jump_eq, 0, 3, 158),  # arch_prctl
+        (load, 0, 0, 16),  # its first argument (low half)
+        (jump_eq, 0, 1, 0x1023),  # ARCH_REQ_XCOMP_PERM
+        (ret, 0, 0, 0x00050001),  # SECCOMP_RET_ERRNO | EPERM
+        (ret, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+    ]
+    filters = (Filter * len(program))(*program)
+    libc = ctypes.CDLL(None, use_errno=True)
+    no_new_privs, set_seccomp, mode_filter = 38, 22, 2
+    if libc.prctl(no_new_privs, 1, 0, 0, 0) or libc.prctl(
+        set_seccomp, mode_filter, ctypes.byref(Program(len(program), filters)), 0, 0
+    ):
+        raise OSError(ctypes.get_errno(), "bench_int8 --no-amx: could not install the seccomp filter")
+
+
+def _runner(contender: str, name: str, folder: str, threads: int, mcpu: str | None = None, no_amx: bool = False):
+    """(run, output) for one contender, built or loaded in this process (accel for `mcpu`, if
+    given; without AMX, and ONNX Runtime refused it, if `no_amx`)."""
     import numpy as np
 
+    if no_amx:
+        deny_amx()
     import accel_target
     from accel_target.benchmark import onnxruntime_runner, vm_runner
 
-    target = {"tag": "accel", "mcpu": mcpu} if mcpu else "accel"
+    target = {
+        "tag": "accel",
+        **({"mcpu": mcpu} if mcpu else {}),
+        **({"mattr": ["-amx-tile", "-amx-int8"]} if no_amx else {}),
+    }
     x = np.load(os.path.join(folder, "x.npy"))
     qdq_path = os.path.join(folder, "qdq.onnx")
     if contender == "ONNX Runtime int8":
@@ -79,7 +123,9 @@ def _runner(contender: str, name: str, folder: str, threads: int, mcpu: str | No
     return run, lambda: run().numpy()
 
 
-def measure(contender: str, name: str, folder: str, threads: int, mcpu: str | None = None) -> dict:
+def measure(
+    contender: str, name: str, folder: str, threads: int, mcpu: str | None = None, no_amx: bool = False
+) -> dict:
     """Build (timed), run and time one contender; its output saved beside the model."""
     import numpy as np
 
@@ -87,7 +133,7 @@ def measure(contender: str, name: str, folder: str, threads: int, mcpu: str | No
 
     started = time.perf_counter()
     try:
-        run, output = _runner(contender, name, folder, threads, mcpu)
+        run, output = _runner(contender, name, folder, threads, mcpu, no_amx)
     except Exception as err:  # a model this contender cannot build: say so in the table
         return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"}
     row = {"build s": time.perf_counter() - started}
@@ -96,10 +142,11 @@ def measure(contender: str, name: str, folder: str, threads: int, mcpu: str | No
     return row
 
 
-def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu: str | None) -> dict:
+def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu: str | None, no_amx: bool) -> dict:
     env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
     command += ["--mcpu", mcpu] if mcpu else []
+    command += ["--no-amx"] if no_amx else []
     out = subprocess.run(command + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE, text=True)
     lines = out.stdout.strip().splitlines()
     return json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": f"exit {out.returncode}"}
@@ -121,7 +168,7 @@ def _agreement(folder: str, qdq_path: str) -> float | None:
     return float((np.abs(accel - ort) <= step * 1.001).mean())
 
 
-def markdown(rows: list[dict], threads: int, mcpu: str | None = None) -> str:
+def markdown(rows: list[dict], threads: int, mcpu: str | None = None, no_amx: bool = False) -> str:
     import onnxruntime
     import tvm
 
@@ -130,7 +177,9 @@ def markdown(rows: list[dict], threads: int, mcpu: str | None = None) -> str:
     lines = [
         f"{threads} threads for every contender, each in a fresh process; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, onnxruntime {onnxruntime.__version__}; batch 1, median of 3 medians "
-        f"of {REPEAT} runs" + (f"; accel built for mcpu={mcpu} (ONNX Runtime picks its own kernels)" if mcpu else ""),
+        f"of {REPEAT} runs"
+        + (f"; accel built for mcpu={mcpu} (ONNX Runtime picks its own kernels)" if mcpu else "")
+        + ("; no AMX (accel built without it, ONNX Runtime refused the tile registers)" if no_amx else ""),
         "",
         "| model | " + " | ".join(f"{c} ms" for c in CONTENDERS) + " | int8 vs ORT int8 | int8 vs fp32 | agree |",
         "|---" * (len(CONTENDERS) + 4) + "|",
@@ -156,11 +205,17 @@ def main() -> None:
         help="build accel's contenders for this LLVM CPU (e.g. haswell: AVX2 code, which an AVX-512 host "
         "runs too); ONNX Runtime still picks its kernels from the host's CPU",
     )
+    parser.add_argument(
+        "--no-amx",
+        action="store_true",
+        help="a VNNI host without AMX on an AMX host: accel built without AMX, and ONNX Runtime's process "
+        "refused the tile registers (seccomp), so that it takes its AVX-512 VNNI kernels",
+    )
     parser.add_argument("--one", choices=CONTENDERS, help=argparse.SUPPRESS)  # one contender's row (internal)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.models, args.dir, args.threads, args.mcpu)))
+        print(json.dumps(measure(args.one, args.models, args.dir, args.threads, args.mcpu, args.no_amx)))
         return
     rows = []
     for name in args.models.split(","):
@@ -170,10 +225,10 @@ def main() -> None:
             row = {"model": name}
             for contender in CONTENDERS:
                 print(f"[bench_int8] {name}: {contender}", file=sys.stderr, flush=True)
-                row[contender] = _in_fresh_process(contender, name, folder, args.threads, args.mcpu)
+                row[contender] = _in_fresh_process(contender, name, folder, args.threads, args.mcpu, args.no_amx)
             row["agree"] = _agreement(folder, qdq_path)
             rows.append(row)
-    print(markdown(rows, args.threads, args.mcpu))
+    print(markdown(rows, args.threads, args.mcpu, args.no_amx))
     if args.json:
         print(json.dumps(rows, indent=2))
 
