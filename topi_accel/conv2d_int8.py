@@ -19,6 +19,10 @@ the tile loop.
 Schedule (as conv2d_nhwc_ohwi's): parallel over (output-channel block, batch, output row),
 the channel block outermost when the kernel is large; a register tile of ``ow_block``
 output columns x ``oc_block`` channels accumulates in int32 registers.
+
+On a target with AMX, ungrouped convs that `_takes_amx` run on AMX tiles instead (`_amx_acc`,
+`_schedule_amx`; `topi_accel.amx`): weights [O/32, KH, KW, C/64, 16, 32, 4], and a step of two
+data tiles (of `amx_rows` output columns, along one row or in two rows) x 32 channels.
 """
 
 from __future__ import annotations

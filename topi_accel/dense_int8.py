@@ -24,6 +24,10 @@ vpdpbusd and vpmaddubsw, 2 for vpmaddwd, K zero-padded to a multiple of it), so 
 
 Schedule: as dense_kn's (parallel over column block, row block; a register tile of
 ``m_block`` rows x ``n_block`` columns), with the inner (lanes x g) product one instruction (`emit_dot`).
+
+On a target with AMX (`amx.available`), products of 16 rows or more and K of two 64-byte tile
+rows or more run on AMX tiles instead (`_dense_amx`: steps of 2 x `amx_rows` rows x 32 columns,
+the weights [N/32, K/64, 16, 32, 4], vpdpbusd's order with K padded to 64; `topi_accel.amx`).
 """
 
 from __future__ import annotations
@@ -385,7 +389,7 @@ def dense_kn_int8_func(rows: int | tuple[int, ...], k: int, n: int, cfg: DenseIn
     args = [data, weight] + ([comp] if comp is not None else []) + [out]
     func = te.create_prim_func(args, index_dtype_override="int64")
     if cfg.amx_rows:
-        return _schedule_dense_amx(func, cfg, data)
+        return _schedule_dense_amx(func, cfg)
     return schedule_dense_kn_int8(func, cfg)
 
 
@@ -443,7 +447,7 @@ def _as_uint8(x: tirx.PrimExpr, flip: bool) -> tirx.PrimExpr:
     return (x.astype("int16") + 128).astype("uint8") if flip else x
 
 
-def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config, data: te.Tensor) -> tirx.PrimFunc:
+def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config) -> tirx.PrimFunc:
     """Schedule `_dense_amx`: parallel over (column step, row step), each one AMX step."""
     sch = s_tir.Schedule(func)
     acc, out = sch.get_sblock("dense_kn_int8_acc"), sch.get_sblock("dense_kn_int8")
@@ -458,11 +462,11 @@ def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config, data: te.Tens
     acc_buffer = block.writes[0].source
     reads = {r.source.name: r.source for r in block.reads}
     weight, source = reads["packed_weight"], reads.get("dense_kn_int8_data", reads.get("data"))
-    rows_, mb, R = [int(v) for v in source.shape[:-1]], cfg.m_block, cfg.amx_rows
+    rows, mb, tile = [int(v) for v in source.shape[:-1]], cfg.m_block, cfg.amx_rows
 
     def regions(vars_):
         i_o, j_o = vars_[:2]
-        first = unravel_index(i_o * mb, rows_)
+        first = unravel_index(i_o * mb, rows)
         return (
             amx.region(source, first[:-1], [(first[-1], mb)]),
             amx.region(weight, [j_o]),
@@ -470,7 +474,7 @@ def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config, data: te.Tens
         )
 
     steps = amx.Reduction(int(weight.shape[1]), lambda strides: amx.CHUNK, amx.CHUNK * cfg.n_block)
-    amx.emit_step(sch, ii, R, regions, lambda s: s[-2], lambda s: R * s[-2], [steps])
+    amx.emit_step(sch, ii, tile, regions, lambda s: s[-2], lambda s: tile * s[-2], [steps])
     vectorize_inner(sch, out, cfg.dot.lanes)
     schedule_copy(sch, "dense_kn_int8_data", cfg.dot.lanes, cfg.parallel)
     return amx.with_permission(sch.mod["main"])

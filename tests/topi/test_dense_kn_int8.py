@@ -1,5 +1,8 @@
 """dense_kn_int8 against numpy's integer matmul (exact int32), per ISA."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -199,3 +202,31 @@ def test_dense_kn_int8_rejects_bad_input():
         dense_int8.check_dense_int8((4, 8), (9, 2), "uint8")
     with pytest.raises(ValueError, match=r"dense_kn_int8: weight dtype int16 is not supported"):
         dense_int8.check_dense_int8((4, 8), (8, 2), "uint8", "int16")
+
+
+@pytest.mark.skipif(not (amx.request_permission() and "amx_int8" in _host_flags()), reason="host cannot run AMX code")
+def test_amx_kernel_asks_for_the_tile_registers_itself(tmp_path):
+    """An exported AMX kernel runs exactly in a process with TVM alone, which never asked Linux
+    for the tile registers (accel_target asks at import): the kernel asks on entry. Without
+    that, the first tile instruction kills the process (SIGILL)."""
+    m, k, n = 64, 256, 64
+    target = tvm.target.Target(AMX_ISAS["amx"])
+    with target:
+        cfg = dense_int8.dense_int8_config(m, n, k=k)
+    assert cfg.amx_rows
+    compile_primfunc(dense_int8.dense_kn_int8_func(m, k, n, cfg), target).export_library(str(tmp_path / "k.so"))
+    rng = np.random.default_rng(4)
+    x, w = int_data((m, k), "uint8", rng), int_data((k, n), "int8", rng)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", pack(w, dense_int8.weight_pack_map_int8(cfg)))
+    code = (
+        "import sys, numpy as np, tvm\n"
+        f"m = tvm.runtime.load_module({str(tmp_path / 'k.so')!r})\n"
+        f"out = tvm.runtime.tensor(np.zeros(({m}, {n}), 'int32'))\n"
+        f"m['main'](*(tvm.runtime.tensor(np.load({str(tmp_path)!r} + f)) for f in ('/x.npy', '/w.npy')), out)\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, out.numpy())\n"
+        "assert 'accel_target' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), x.astype(np.int64) @ w.astype(np.int64))
