@@ -12,7 +12,10 @@
   no graph pass can see through); ``Clip`` with constant bounds becomes ``maximum`` /
   ``minimum`` (likewise); ``QLinearConv`` and ``QLinearMatMul`` (missing in TVM) become
   ``quantize(conv / matmul(dequantize(x), dequantize(w)) + bias)``, which
-  `accel_target.quantize` rewrites to the integer kernels like any QDQ graph.
+  `accel_target.quantize` rewrites to the integer kernels like any QDQ graph;
+  ``ConvInteger`` (missing in TVM) and ``MatMulInteger`` (which TVM widens to int32) become
+  the int8 kernels' own calls, ``conv2d`` / ``matmul`` of uint8 / int8 data and a constant
+  int8 weight with ``out_dtype="int32"``, and the zero points' correction.
 """
 
 from __future__ import annotations
@@ -174,7 +177,113 @@ class QLinearMatMul(stock.OnnxOpConverter):
         return _quantize(bb, y, inputs[6], _input(inputs, 7), axis=y.ty.ndim - 1)
 
 
-CONVERTERS = {"Pad": Pad, "Clip": Clip, "QLinearConv": QLinearConv, "QLinearMatMul": QLinearMatMul}
+def _constant_or_none(expr, params) -> np.ndarray | None:
+    """`expr`'s value if it is a constant (an initializer), else None."""
+    value = get_constant(expr, params) if expr is not None else None
+    return constant_array(value) if isinstance(value, tvm.ir.GenericConst) else None
+
+
+def _int8_weights(weight, zero_point, params) -> np.ndarray | None:
+    """A constant integer weight as int8 with a zero point of 0, or None. uint8 weights move
+    by -128 (exact: ``w - zp == (w - 128) - (zp - 128)``), so a uint8 weight with zero point
+    128, as ONNX Runtime's ConvInteger wants them, is symmetric int8."""
+    w = _constant_or_none(weight, params)
+    zp = np.zeros(1, "int64") if zero_point is None else _constant_or_none(zero_point, params)
+    if w is None or zp is None or str(w.dtype) not in ("uint8", "int8"):
+        return None
+    shift = 128 if str(w.dtype) == "uint8" else 0
+    if np.any(zp.astype(np.int64) - shift != 0):
+        return None
+    return (w.astype(np.int64) - shift).astype("int8")
+
+
+def _scalar_zero_point(zero_point, params) -> int | None:
+    """A constant scalar zero point as an int (0 when absent), or None."""
+    if zero_point is None:
+        return 0
+    zp = _constant_or_none(zero_point, params)
+    return int(zp.reshape(-1)[0]) if zp is not None and zp.size == 1 else None
+
+
+class ConvInteger(stock.OnnxOpConverter):
+    """ConvInteger(x, w[, x_zp, w_zp]) -> int32 (missing in TVM). With a constant weight whose
+    zero point is 0 (int8), or 128 (uint8, moved to int8), a constant scalar x_zp and explicit
+    pads of a 2-D conv: x padded with x_zp, ``conv2d(x, w8, out_dtype="int32")`` (the int8
+    kernels' call) minus ``x_zp * sum(w8)`` per output channel. Otherwise the conv of
+    ``x - x_zp`` and ``w - w_zp`` widened to int32, exact but on TVM's kernels."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        x, w = inputs[0], inputs[1]
+        w8 = _int8_weights(w, _input(inputs, 3), params)
+        zx = _scalar_zero_point(_input(inputs, 2), params)
+        auto_pad = attr.get("auto_pad", b"NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if w8 is None or zx is None or w8.ndim != 4 or auto_pad not in ("NOTSET", "VALID"):
+            return cls._widened(bb, inputs, attr, params)
+        pads = [int(p) for p in attr.get("pads", [0] * 4)] if auto_pad == "NOTSET" else [0] * 4
+        top, left, bottom, right = pads
+        if any(pads):
+            x = bb.normalize(relax.op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right], "constant", float(zx)))
+        conv = relax.op.nn.conv2d(
+            x,
+            relax.const(w8),
+            strides=[int(v) for v in attr.get("strides", [1, 1])],
+            dilation=[int(v) for v in attr.get("dilations", [1, 1])],
+            groups=int(attr.get("group", 1)),
+            out_dtype="int32",
+        )
+        if zx == 0:
+            return conv
+        correction = (zx * w8.astype(np.int64).reshape(w8.shape[0], -1).sum(axis=1)).astype("int32")
+        return relax.op.subtract(bb.normalize(conv), relax.const(correction.reshape(1, -1, 1, 1)))
+
+    @classmethod
+    def _widened(cls, bb, inputs, attr, params):
+        def centred(value, zero_point, axis):
+            value = relax.op.astype(value, "int32")
+            if zero_point is None:
+                return bb.normalize(value)
+            zp = bb.normalize(relax.op.astype(zero_point, "int32"))
+            if zp.ty.ndim == 1 and int(zp.ty.shape[0]) > 1:  # per output channel of the weight
+                zp = relax.op.reshape(zp, [-1] + [1] * (value.ty.ndim - 1) if axis == 0 else [1, -1])
+            return bb.normalize(relax.op.subtract(value, zp))
+
+        x = centred(inputs[0], _input(inputs, 2), 1)
+        w = centred(inputs[1], _input(inputs, 3), 0)
+        return stock.Conv.get_converter(11)(bb, stock.onnx_input([x, w]), attr, params)
+
+
+class MatMulInteger(stock.MatMulInteger):
+    """MatMulInteger(a, b[, a_zp, b_zp]) -> int32. With a constant b whose zero point is 0
+    (int8; uint8 with 128 moved to int8) and a scalar a_zp (a constant or a runtime scalar, as
+    DynamicQuantizeLinear makes it): ``matmul(a, b8, out_dtype="int32")`` (the int8 kernels'
+    call) minus ``a_zp * sum_k b8[k, n]``. Otherwise TVM's converter (widened to int32)."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        a, b = inputs[0], inputs[1]
+        b8 = _int8_weights(b, _input(inputs, 3), params)
+        za = _input(inputs, 2)
+        scalar = za is None or all(int(d) == 1 for d in bb.normalize(za).ty.shape)
+        if b8 is None or b8.ndim != 2 or not scalar:
+            return super()._impl_v10(bb, inputs, attr, params)
+        y = relax.op.matmul(a, relax.const(b8), out_dtype="int32")
+        if za is None:
+            return y
+        column_sums = relax.const(b8.astype(np.int64).sum(axis=0).astype("int32"))
+        za32 = relax.op.reshape(relax.op.astype(za, "int32"), [])
+        return relax.op.subtract(bb.normalize(y), relax.op.multiply(za32, column_sums))
+
+
+CONVERTERS = {
+    "Pad": Pad,
+    "Clip": Clip,
+    "QLinearConv": QLinearConv,
+    "QLinearMatMul": QLinearMatMul,
+    "ConvInteger": ConvInteger,
+    "MatMulInteger": MatMulInteger,
+}
 
 
 @contextlib.contextmanager
