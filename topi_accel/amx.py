@@ -153,8 +153,8 @@ def _config(rows: int, cfg: tirx.Buffer) -> list:
     stores[0] = tirx.BufferStore(cfg, tirx.const(1, "uint8"), [tirx.const(0, "int32")])
     for t in range(8):
         stores[16 + 2 * t] = tirx.BufferStore(cfg, tirx.const(CHUNK, "uint8"), [tirx.const(16 + 2 * t, "int32")])
-        tile_rows_ = MAX_ROWS if t >= 6 else rows
-        stores[48 + t] = tirx.BufferStore(cfg, tirx.const(tile_rows_, "uint8"), [tirx.const(48 + t, "int32")])
+        height = MAX_ROWS if t >= 6 else rows
+        stores[48 + t] = tirx.BufferStore(cfg, tirx.const(height, "uint8"), [tirx.const(48 + t, "int32")])
     return stores
 
 
