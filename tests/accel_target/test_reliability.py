@@ -132,6 +132,49 @@ def test_one_vm_per_thread_over_one_executable(saved, loaded):
     assert mismatches == [] and len(vms) == 4
 
 
+class QuantizableCNN(nn.Module):
+    """Convs of 64 and 128 channels and a linear layer: quantized, their int8 kernels (AMX
+    tiles on a host with them, vpdpbusd or vpmaddubsw elsewhere)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 64, 3, padding=1), nn.Conv2d(64, 64, 3, padding=1)
+        self.c3, self.fc = nn.Conv2d(64, 128, 1), nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c3(torch.relu(self.c2(torch.relu(self.c1(x))))))
+        return self.fc(nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def test_int8_model_shared_by_8_threads(tmp_path):
+    """A quantized model (ONNX Runtime's QDQ file), saved and loaded, called 8 x 100 times from
+    8 threads at once: every output is bit for bit the first, which agrees with ONNX
+    Runtime's int8 session within one quantization step."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    from tests.models.quantized_onnx import output_scale, quantized_onnx
+
+    torch.manual_seed(0)
+    shape = (1, 3, 16, 16)
+    qdq = quantized_onnx(QuantizableCNN().eval(), shape, tmp_path, count=4)
+    library = str(tmp_path / "qcnn.so")
+    accel_target.save(accel_target.build(accel_target.from_onnx(qdq), weights="separate"), library)
+    model = accel_target.load(library)
+    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    first = model(x).numpy()
+    expected = onnxruntime.InferenceSession(qdq, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(first - expected).max() <= output_scale(qdq) * 1.001
+    mismatches = []
+
+    def call(worker, k):
+        if not np.array_equal(model(x).numpy(), first):
+            mismatches.append((worker, k))
+
+    assert _hammer(8, 100, call) == []
+    assert mismatches == []
+
+
 def test_each_thread_gets_its_own_vm(loaded):
     model = loaded["ccpl"][0]
     seen = []
