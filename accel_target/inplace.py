@@ -34,6 +34,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 import topi_accel
 from strategy.registry import attempt
+from topi_accel.blocks import root_replaced
 
 STEP = "WriteInPlace"
 
@@ -75,22 +76,9 @@ def read_from_output(func: tvm.tirx.PrimFunc, index: int) -> tvm.tirx.PrimFunc:
     """
     param, output = func.params[index], func.params[-1]
     whole = tvm.tirx.BufferRegion(output, [tvm.ir.Range.from_min_extent(0, d) for d in output.ty.shape])
-    realize = func.body
-    root = realize.block
-    root = s_tir.SBlock(
-        root.iter_vars,
-        root.reads,
-        root.writes,
-        root.name_hint,
-        root.body,
-        root.init,
-        root.alloc_buffers,
-        [*root.match_buffers, s_tir.MatchBufferRegion(param, whole)],
-        root.annotations,
-    )
+    aliases = [*func.body.block.match_buffers, s_tir.MatchBufferRegion(param, whole)]
     params = [p for i, p in enumerate(func.params) if i != index]
-    body = s_tir.SBlockRealize(realize.iter_values, realize.predicate, root)
-    aliased = tvm.tirx.PrimFunc(params, body, func.ret_type, func.attrs)
+    aliased = tvm.tirx.PrimFunc(params, root_replaced(func, match_buffers=aliases), func.ret_type, func.attrs)
     return s_tir.transform.LowerMatchBuffer()(tvm.IRModule({"main": aliased}))["main"]
 
 

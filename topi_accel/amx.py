@@ -33,6 +33,8 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import codegen
 
+from .blocks import root_replaced
+
 FEATURES = ("amx-tile", "amx-int8")
 MAX_ROWS = 16  # rows of a tile register
 CHUNK = 64  # bytes of a tile row: uint8 data along the reduction
@@ -72,20 +74,7 @@ def permission_call() -> tirx.Stmt:
 
 def with_permission(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` (scheduled, a root block) asking for the tile registers first thing in its root block."""
-    realize = func.body
-    root = realize.block
-    block = s_tir.SBlock(
-        root.iter_vars,
-        root.reads,
-        root.writes,
-        root.name_hint,
-        tirx.SeqStmt([permission_call(), root.body]),
-        root.init,
-        root.alloc_buffers,
-        root.match_buffers,
-        root.annotations,
-    )
-    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, block))
+    return func.with_body(root_replaced(func, body=tirx.SeqStmt([permission_call(), func.body.block.body])))
 
 
 def tile_rows(extent: int) -> int:
@@ -149,13 +138,12 @@ def _matched(name: str, source, dtype: str) -> tirx.Buffer:
 def _config(rows: int, cfg: tirx.Buffer) -> list:
     """Fill the 64-byte tile configuration: palette 1; tiles 0-5 `rows` x 64 bytes (the
     accumulators and the data), 6-7 16 x 64 bytes (the weights)."""
-    stores = [tirx.BufferStore(cfg, tirx.const(0, "uint8"), [tirx.const(i, "int32")]) for i in range(64)]
-    stores[0] = tirx.BufferStore(cfg, tirx.const(1, "uint8"), [tirx.const(0, "int32")])
+    config = [0] * 64
+    config[0] = 1
     for t in range(8):
-        stores[16 + 2 * t] = tirx.BufferStore(cfg, tirx.const(CHUNK, "uint8"), [tirx.const(16 + 2 * t, "int32")])
-        height = MAX_ROWS if t >= 6 else rows
-        stores[48 + t] = tirx.BufferStore(cfg, tirx.const(height, "uint8"), [tirx.const(48 + t, "int32")])
-    return stores
+        config[16 + 2 * t] = CHUNK  # bytes per row (little-endian uint16)
+        config[48 + t] = MAX_ROWS if t >= 6 else rows
+    return [tirx.BufferStore(cfg, tirx.const(v, "uint8"), [tirx.const(i, "int32")]) for i, v in enumerate(config)]
 
 
 def emit_step(
@@ -183,8 +171,7 @@ def emit_step(
     a = _matched("amx_data", data_region, "uint8")
     b = _matched("amx_weight", weight_region, "int8")
     cfg = tirx.decl_buffer((64,), "uint8", "amx_config", scope="local")
-    i64 = lambda v: tirx.Cast("int64", v)  # noqa: E731
-    a_rows = i64(data_row_stride(a.strides))
+    a_rows = tirx.Cast("int64", data_row_stride(a.strides))
     acc, starts = acc_region.source, [r.min for r in acc_region.region]
     loop_vars = [tirx.Var(f"amx_r{i}", "int64") for i in range(len(reductions))]
     a_off = sum((v * r.data_step(a.strides) for v, r in zip(loop_vars, reductions)), tirx.const(0, "int64"))

@@ -1,6 +1,7 @@
-"""What the rewrites of scheduled functions (topi_accel.reductions, topi_accel.wholetiles)
-share: substituting variables, new blocks with their regions, and a walk that rebuilds only
-what a rewrite of loops changed. TVM 0.27 offers no Python substitution of TIR variables;
+"""What the rewrites of scheduled functions (topi_accel.reductions, topi_accel.wholetiles,
+topi_accel.amx, accel_target.inplace) share: substituting variables, new blocks with their
+regions, a root block with fields replaced, and a walk that rebuilds only what a rewrite of
+loops changed. TVM 0.27 offers no Python substitution of TIR variables;
 `PrimFunc.specialize` does it for the function's parameters, so `substitute` makes the
 variables parameters of a throwaway function."""
 
@@ -17,6 +18,17 @@ def substitute(node, mapping: dict):
     body = node if isinstance(node, tirx.Stmt) else tirx.Evaluate(node)
     moved = tirx.PrimFunc(variables, body).specialize(mapping).body
     return moved if isinstance(node, tirx.Stmt) else moved.value
+
+
+def root_replaced(func: tirx.PrimFunc, **fields) -> s_tir.SBlockRealize:
+    """`func`'s body (a scheduled function's root block) with the root block's `fields`
+    (``body``, ``match_buffers``, ...) replaced."""
+    realize = func.body
+    root = realize.block
+    names = ("iter_vars", "reads", "writes", "name_hint", "body", "init", "alloc_buffers", "match_buffers")
+    values = {name: fields.get(name, getattr(root, name)) for name in names}
+    block = s_tir.SBlock(*values.values(), annotations=root.annotations)
+    return s_tir.SBlockRealize(realize.iter_values, realize.predicate, block)
 
 
 def fresh_iter_vars(iter_vars, *nodes):

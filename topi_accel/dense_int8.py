@@ -265,14 +265,18 @@ def compensation(weight_kn: np.ndarray) -> np.ndarray:
     return (128 * weight_kn.astype(np.int64).sum(axis=0)).astype("int32")
 
 
-def data_operand(data: te.Tensor, rows, k: int, dot: Int8Dot, name: str):
+def data_operand(data: te.Tensor, rows, k: int, dot: Int8Dot, name: str, k_multiple: int = 0, rows_to: int = 0):
     """(tensor the product reads, index of its row i and column c): `data` itself where the
     instruction reads it as it is; else a copy `name`_data [M, K padded to the group], in the
-    instruction's dtype (int16, or uint8 x + 128 for int8 data on vpdpbusd or vpmaddubsw)."""
-    m, last = math.prod(rows), math.prod(rows) - 1
-    if str(data.dtype) == dot.data_dtype and k % dot.group == 0:
+    instruction's dtype (int16, or uint8 x + 128 for int8 data on vpdpbusd or vpmaddubsw).
+    AMX tiles read whole rows straight from memory: `k_multiple` pads K to their 64 bytes and
+    `rows_to` adds zero rows up to whole steps (either one makes the copy)."""
+    m = math.prod(rows)
+    rows_to, last = max(rows_to, m), max(rows_to, m) - 1
+    k_multiple = k_multiple or dot.group
+    if str(data.dtype) == dot.data_dtype and k % k_multiple == 0 and rows_to == m:
         return data, lambda i, c: data[(*unravel_index(tirx.min(i, last), rows), c)]
-    kp = round_up(k, dot.group)
+    kp = round_up(k, k_multiple)
 
     def convert(x):
         if dot.data_dtype == "int16":
@@ -280,9 +284,11 @@ def data_operand(data: te.Tensor, rows, k: int, dot: Int8Dot, name: str):
         return (x.astype("int16") + 128).astype("uint8") if str(data.dtype) == "int8" else x
 
     copy = te.compute(
-        (m, kp),
+        (rows_to, kp),
         lambda i, c: tirx.if_then_else(
-            c < k, convert(data[(*unravel_index(i, rows), tirx.min(c, k - 1))]), tirx.const(0, dot.data_dtype)
+            tirx.all(c < k, i < m),
+            convert(data[(*unravel_index(tirx.min(i, m - 1), rows), tirx.min(c, k - 1))]),
+            tirx.const(0, dot.data_dtype),
         ),
         name=f"{name}_data",
     )
@@ -393,34 +399,13 @@ def dense_kn_int8_func(rows: int | tuple[int, ...], k: int, n: int, cfg: DenseIn
     return schedule_dense_kn_int8(func, cfg)
 
 
-def _amx_reads_data(rows, k: int, cfg: DenseInt8Config, dtype: str) -> bool:
-    """Whether the AMX tiles read `data` as it is: uint8, whole 64-byte rows, whole steps
-    of rows within the last row axis."""
-    m = math.prod(rows)
-    return dtype == "uint8" and k % amx.CHUNK == 0 and m % cfg.m_block == 0 and rows[-1] % cfg.m_block == 0
-
-
 def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8Config, compensation):
     """dense_kn_int8 on AMX tiles: int32 steps "dense_kn_int8_acc" [M/mb, N/32, 1, mb, 32] over
     data as it is or a copy "dense_kn_int8_data" [M padded to mb, K padded to 64] (uint8;
     int8 data read as x + 128, rows past M zero)."""
     *rows, k = (int(v) for v in data.shape)
     m, mb, nb = math.prod(rows), cfg.m_block, cfg.n_block
-    if _amx_reads_data(rows, k, cfg, str(data.dtype)):
-        flat = lambda i, c: data[(*unravel_index(i, rows), c)]  # noqa: E731
-    else:
-        kp, last = round_up(k, amx.CHUNK), m - 1
-        flip = str(data.dtype) == "int8"
-        copy = te.compute(
-            (round_up(m, mb), kp),
-            lambda i, c: tirx.if_then_else(
-                tirx.all(c < k, i < m),
-                _as_uint8(data[(*unravel_index(tirx.min(i, last), rows), tirx.min(c, k - 1))], flip),
-                tirx.const(0, "uint8"),
-            ),
-            name="dense_kn_int8_data",
-        )
-        flat = lambda i, c: copy[i, c]  # noqa: E731
+    _, flat = data_operand(data, rows, k, cfg.dot, "dense_kn_int8", amx.CHUNK, round_up(m, mb))
     rko = te.reduce_axis((0, int(packed_weight.shape[1])), name="rko")
     rkm = te.reduce_axis((0, amx.CHUNK // amx.GROUP), name="rkm")
     rki = te.reduce_axis((0, amx.GROUP), name="rki")
@@ -440,11 +425,6 @@ def _dense_amx(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseInt8
         return v if compensation is None else v - compensation[i[-1]]
 
     return te.compute((*rows, n), value, name="dense_kn_int8")
-
-
-def _as_uint8(x: tirx.PrimExpr, flip: bool) -> tirx.PrimExpr:
-    """uint8 `x`, or int8 `x` read as x + 128."""
-    return (x.astype("int16") + 128).astype("uint8") if flip else x
 
 
 def _schedule_dense_amx(func: tirx.PrimFunc, cfg: DenseInt8Config) -> tirx.PrimFunc:
