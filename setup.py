@@ -7,6 +7,7 @@ setup(
     version="0.1.0",
     description="Apache TVM target whose kernels want NHWC activations, OHWI conv weights and [in, out] dense weights",
     packages=find_packages(include=["accel_target*", "topi_accel*", "strategy*"]),
+    package_data={"accel_target": ["pool.c"]},  # compiled on first use (accel_target/pool.py)
     python_requires=">=3.10",
     install_requires=["apache-tvm==0.27.*", "numpy", "scipy"],
     extras_require={

@@ -44,6 +44,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from . import pool
 from .reporting import Report
 from .transforms import num_inputs, with_function
 
@@ -62,6 +64,9 @@ SIGNATURE_FORMAT = "accel-signature/1"
 WEIGHT_MODES = ("embedded", "separate")
 
 
+_JIT_LOCK = threading.Lock()
+
+
 class AccelExecutable(relax.VMExecutable):
     """What `accel_target.build` returns: a VMExecutable (for relax.VirtualMachine,
     export_library, `save`) that keeps what the build knows about it.
@@ -69,12 +74,30 @@ class AccelExecutable(relax.VMExecutable):
     report: the build's accel_target.Report (`accel_target.report(executable)`).
     weights: with ``build(weights="separate")``, the values of main's trailing weight
         parameters, in order (`save` writes them beside the library); None otherwise.
+
+    relax.VirtualMachine runs what `jit` returns: the library exported to a temporary
+    directory and loaded, on accel's thread pool (`accel_target.pool`), as `load` runs a
+    saved one (TVM's jit would run the module in place, on TVM's pool).
     """
 
     def __init__(self, executable: relax.VMExecutable, report: Report, weights: list | None = None):
         super().__init__(executable.mod)
         self.report = report
         self.weights = weights
+
+    def jit(self, *, force_recompile: bool = False, **kwargs) -> tvm.runtime.Module:
+        if not pool.enabled() or kwargs:
+            return super().jit(force_recompile=force_recompile, **kwargs)
+        with _JIT_LOCK:  # threads that each make a VirtualMachine of one executable
+            if self._jitted_mod is None or force_recompile:
+                # the file goes once loaded: the process keeps the library mapped
+                with tempfile.TemporaryDirectory(prefix="accel_") as scratch:
+                    library = os.path.join(scratch, "model.so")
+                    self.export_library(library)
+                    module = tvm.runtime.load_module(library)
+                    pool.install(library)
+                self._jitted_mod = module
+            return self._jitted_mod
 
 
 def _weights_of(executable) -> list:
@@ -445,6 +468,7 @@ class Deployed:
         self.report: Report | None = signature["report"]
         self.inputs: list[TensorSpec] = signature["inputs"]
         self.module = tvm.runtime.load_module(library)
+        self.pool = "accel" if pool.install(library) else "tvm"
         self.weights = self._load_weights(signature["weights"])
         self._local = threading.local()
         self._check_against_executable()

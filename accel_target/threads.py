@@ -1,5 +1,12 @@
 """TVM's thread pool in a process it shares with other libraries and threads.
 
+The libraries `accel_target.build` returns and `accel_target.load` loads do not use TVM's
+pool: they run on accel's (`accel_target.pool`), in which the calling thread runs the tasks
+that no worker has started, so that a worker kept off its core by another library's
+spinning thread delays no kernel. What follows is about TVM's pool, which runs everything
+else: ``tvm.compile``'s executables, libraries loaded with ``tvm.runtime.load_module``,
+and accel's with ``ACCEL_POOL=tvm``.
+
 TVM's CPU thread pool (``src/runtime/thread_pool.cc`` in TVM's sources, not installed)
 reads three environment variables once, when the first kernel runs; ``import
 accel_target`` sets each one the user has not set (`configure_pool`):

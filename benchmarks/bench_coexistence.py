@@ -1,4 +1,5 @@
-"""An accel model sharing its process with numpy and PyTorch (issue 19), under thread-pool settings.
+"""An accel model sharing its process with numpy and PyTorch (issue 19), under thread-pool settings:
+TVM's pool (ACCEL_POOL=tvm) with TVM's knobs and with accel's, and accel's pool (accel_target.pool).
 
     python benchmarks/bench_coexistence.py [--rounds 3] [--reps 2] [--dir /tmp/accel_coexistence]
 
@@ -24,9 +25,13 @@ import sys
 import time
 
 SETTINGS = {
-    "TVM's defaults": {"TVM_THREAD_POOL_SPIN_COUNT": "300000", "TVM_BIND_THREADS": "1"},
-    "accel's defaults": {},
-    "spin 0, unpinned": {"TVM_THREAD_POOL_SPIN_COUNT": "0", "TVM_BIND_THREADS": "0"},
+    "TVM's pool, TVM's defaults": {
+        "ACCEL_POOL": "tvm",
+        "TVM_THREAD_POOL_SPIN_COUNT": "300000",
+        "TVM_BIND_THREADS": "1",
+    },
+    "TVM's pool, spin 0, unpinned": {"ACCEL_POOL": "tvm"},
+    "accel's defaults (accel's pool)": {},
     "accel's + passive OpenMP/OpenBLAS": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"},
 }
 MODELS = ("ccpl", "dense")
