@@ -77,7 +77,8 @@ class AccelExecutable(relax.VMExecutable):
 
     relax.VirtualMachine runs what `jit` returns: the library exported to a temporary
     directory and loaded, on accel's thread pool (`accel_target.pool`), as `load` runs a
-    saved one (TVM's jit would run the module in place, on TVM's pool).
+    saved one (TVM's jit, which runs the module in place on TVM's pool, with ``ACCEL_POOL=tvm``
+    or jit's own arguments, fcompile and addons).
     """
 
     def __init__(self, executable: relax.VMExecutable, report: Report, weights: list | None = None):
@@ -454,6 +455,8 @@ class Deployed:
     Safe to call from many threads at once: each thread gets a VirtualMachine of its own
     (`vm`), and all share the library and the weights, which the kernels only read.
     `report` is the build's accel_target.Report, as `save` wrote it (None if it wrote none).
+    `pool` says whose thread pool the kernels run on: "accel" (`accel_target.pool`), or
+    "tvm" with ``ACCEL_POOL=tvm``.
     """
 
     def __init__(self, library: str | os.PathLike, device=None, *, check_finite: bool = True):

@@ -9,7 +9,8 @@ pool.
 
 ``pool.c`` is compiled once per source version with TVM's C compiler driver
 (`tvm.support.cc`, the one `export_library` uses) into ``$XDG_CACHE_HOME/accel_target``
-(``~/.cache/accel_target``). ``ACCEL_POOL=tvm`` keeps TVM's pool.
+(``~/.cache/accel_target``); ``CC`` names the compiler (default ``gcc``). ``ACCEL_POOL=tvm``
+keeps TVM's pool.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import warnings
 
 from tvm.support import cc
 
@@ -49,16 +51,29 @@ def library() -> ctypes.CDLL:
     return ctypes.CDLL(path)
 
 
+@functools.cache
+def _library_or_warning() -> ctypes.CDLL | None:
+    """`library`, or None and a warning (once) if it does not compile or load here."""
+    try:
+        return library()
+    except (RuntimeError, OSError) as err:
+        warnings.warn(f"accel pool: {SOURCE} did not compile or load ({err}); kernels run on TVM's pool", stacklevel=3)
+        return None
+
+
 def install(path: str | os.PathLike) -> bool:
     """Point the loaded library at `path` (loaded by `tvm.runtime.load_module`) at accel's
-    pool; False if it has no pool pointers or `ACCEL_POOL` is ``tvm``."""
+    pool; False if it has no pool pointers, `ACCEL_POOL` is ``tvm`` or the pool does not
+    compile here (no C compiler: a warning says so)."""
     if not enabled():
         return False
     try:
         handle = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:  # not loaded under this name: nothing to point elsewhere
         return False
-    pool = library()
+    pool = _library_or_warning()
+    if pool is None:
+        return False
     slots = {}
     for pointer in POINTERS:  # a library without barriers has no barrier pointer
         with contextlib.suppress(ValueError):

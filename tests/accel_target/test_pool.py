@@ -125,3 +125,22 @@ def test_forked_child_runs_models_after_its_parent(saved):
     child.join(timeout=60)
     assert child.exitcode == 0
     assert np.array_equal(out, first)
+
+
+def test_without_a_c_compiler_models_run_on_tvm_pool_with_a_warning(saved, tmp_path):
+    """No compiler for pool.c (``CC`` names none, nothing cached): the model loads and runs
+    on TVM's pool, and a warning names the file."""
+    code = (
+        "import sys, warnings, numpy as np, accel_target\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    model = accel_target.load(sys.argv[1])\n"
+        "assert model.pool == 'tvm', model.pool\n"
+        "assert any('pool.c did not compile' in str(w.message) for w in caught), [str(w.message) for w in caught]\n"
+        "np.save(sys.argv[3], model(np.load(sys.argv[2])).numpy())\n"
+    )
+    library, x, ref = saved["dense"]
+    np.save(tmp_path / "x.npy", x)
+    env = {"CC": str(tmp_path / "no-such-compiler"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    _run_elsewhere(code, library, str(tmp_path / "x.npy"), str(tmp_path / "out.npy"), **env)
+    assert_close(np.load(tmp_path / "out.npy"), ref)
