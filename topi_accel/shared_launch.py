@@ -4,6 +4,8 @@ Each top-level parallel loop of a kernel is a launch of TVM's thread pool: the c
 thread hands each worker its share and waits for all of them. accel's idle workers sleep
 (`accel_target.threads`: spinning ones take the cores that other libraries' threads want
 next), so every launch wakes one: 10-15 us on a 2-core VM, a sixth of MobileNetV2's time.
+(The libraries accel loads run on accel's pool, `accel_target.pool`, through the same two
+calls, launch and barrier; it gives a launch with barriers only the workers on a core.)
 
 `merge` makes one kernel of kernels that run one after the other: a single launch
 (TVM's ``pragma_parallel_launch_point``) in which every top-level parallel loop of every
