@@ -15,6 +15,7 @@ keeps TVM's pool.
 
 from __future__ import annotations
 
+import _ctypes
 import contextlib
 import ctypes
 import functools
@@ -71,18 +72,19 @@ def install(path: str | os.PathLike) -> bool:
         handle = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:  # not loaded under this name: nothing to point elsewhere
         return False
-    pool = _library_or_warning()
-    if pool is None:
-        return False
-    slots = {}
-    for pointer in POINTERS:  # a library without barriers has no barrier pointer
-        with contextlib.suppress(ValueError):
-            slots[pointer] = ctypes.c_void_p.in_dll(handle, pointer)
-    if LAUNCH not in slots:
-        return False
-    for pointer, slot in slots.items():
-        slot.value = ctypes.cast(getattr(pool, POINTERS[pointer]), ctypes.c_void_p).value
-    return True
+    try:
+        pool = _library_or_warning()
+        slots = {}
+        for pointer in POINTERS:  # a library without barriers has no barrier pointer
+            with contextlib.suppress(ValueError):
+                slots[pointer] = ctypes.c_void_p.in_dll(handle, pointer)
+        if pool is None or LAUNCH not in slots:
+            return False
+        for pointer, slot in slots.items():
+            slot.value = ctypes.cast(getattr(pool, POINTERS[pointer]), ctypes.c_void_p).value
+        return True
+    finally:  # the reference RTLD_NOLOAD took: TVM's module alone keeps the library loaded
+        _ctypes.dlclose(handle._handle)
 
 
 STATS = ("launches", "launches_alone", "tasks_by_caller", "tasks_by_workers")
