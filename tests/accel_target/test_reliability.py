@@ -8,10 +8,12 @@ bit: the same executable on the same input must give exactly the same result).
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,7 +334,7 @@ def copy_of(saved, tmp_path):
         library = saved[name][0]
         for suffix in ("", ".json", ".params"):
             if os.path.isfile(library + suffix):
-                (tmp_path / f"{name}.so{suffix}").write_bytes(open(library + suffix, "rb").read())
+                shutil.copyfile(library + suffix, tmp_path / f"{name}.so{suffix}")
         return str(tmp_path / f"{name}.so")
 
     return copy
@@ -362,8 +364,8 @@ SIGNATURE_FAULTS = [
         FileNotFoundError,
         ["ccpl.so.json", "does not exist", "save the model again"],
     ),
-    (lambda lib: open(lib + ".json", "w").write("{not json"), ValueError, ["ccpl.so.json", "malformed"]),
-    (lambda lib: open(lib + ".json", "w").write("[]"), ValueError, ["malformed", "accel-signature/1"]),
+    (lambda lib: Path(lib + ".json").write_text("{not json"), ValueError, ["ccpl.so.json", "malformed"]),
+    (lambda lib: Path(lib + ".json").write_text("[]"), ValueError, ["malformed", "accel-signature/1"]),
     (
         lambda lib: _edit_signature(lib, lambda s: s.update(inputs=[{"shape": "big"}])),
         ValueError,
