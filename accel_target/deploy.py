@@ -77,8 +77,8 @@ class AccelExecutable(relax.VMExecutable):
 
     relax.VirtualMachine runs what `jit` returns: the library exported to a temporary
     directory and loaded, on accel's thread pool (`accel_target.pool`), as `load` runs a
-    saved one (TVM's jit, which runs the module in place on TVM's pool, with ``ACCEL_POOL=tvm``
-    or jit's own arguments, fcompile and addons).
+    saved one (TVM's jit, which runs the module in place on TVM's pool, with ``ACCEL_POOL=tvm``,
+    where pool.c does not compile, or with jit's own arguments, fcompile and addons).
     """
 
     def __init__(self, executable: relax.VMExecutable, report: Report, weights: list | None = None):
@@ -87,7 +87,7 @@ class AccelExecutable(relax.VMExecutable):
         self.weights = weights
 
     def jit(self, *, force_recompile: bool = False, **kwargs) -> tvm.runtime.Module:
-        if not pool.enabled() or kwargs:
+        if kwargs or not pool.available():
             return super().jit(force_recompile=force_recompile, **kwargs)
         with _JIT_LOCK:  # threads that each make a VirtualMachine of one executable
             if self._jitted_mod is None or force_recompile:

@@ -77,7 +77,12 @@ static void futex(atomic_uint* word, int op, unsigned value) {
   syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+/* One round of waiting for another thread: a few pauses, then yield the core (a thread we
+ * wait for may be waiting for it). */
+static inline void back_off(int spins) {
+  if (spins < 32) __builtin_ia32_pause();
+  else sched_yield();
+}
 
 static int64_t now_us(void) {
   struct timespec t;
@@ -265,10 +270,7 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   }
   run_task(f, cdata, 0, num_task, 0);
   claim_tasks(0);
-  for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < num_task; ++spins) {
-    if (spins < 32) cpu_relax();
-    else sched_yield();
-  }
+  for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < num_task; ++spins) back_off(spins);
   int failed = atomic_load(&pool.failed);
   atomic_store(&pool.busy, 0);
   return failed ? -1 : 0;
@@ -284,10 +286,7 @@ int accel_parallel_barrier(int task_id, group_env* env) {
     atomic_store(&pool.barrier_round, round + 1);
     return 0;
   }
-  for (int spins = 0; atomic_load(&pool.barrier_round) == round; ++spins) {
-    if (spins < 32) cpu_relax();
-    else sched_yield();
-  }
+  for (int spins = 0; atomic_load(&pool.barrier_round) == round; ++spins) back_off(spins);
   return 0;
 }
 

@@ -31,9 +31,10 @@ LAUNCH, BARRIER = "__TVMBackendParallelLaunch", "__TVMBackendParallelBarrier"
 POINTERS = {LAUNCH: "accel_parallel_launch", BARRIER: "accel_parallel_barrier"}
 
 
-def enabled() -> bool:
-    """Whether libraries get accel's pool (``ACCEL_POOL`` is not ``tvm``)."""
-    return os.environ.get("ACCEL_POOL", "accel") != "tvm"
+def available() -> bool:
+    """Whether libraries get accel's pool: ``ACCEL_POOL`` is not ``tvm`` and ``pool.c``
+    compiles and loads here (where it does not, a warning says so, once)."""
+    return os.environ.get("ACCEL_POOL", "accel") != "tvm" and _library_or_warning() is not None
 
 
 @functools.cache
@@ -66,22 +67,21 @@ def install(path: str | os.PathLike) -> bool:
     """Point the loaded library at `path` (loaded by `tvm.runtime.load_module`) at accel's
     pool; False if it has no pool pointers, `ACCEL_POOL` is ``tvm`` or the pool does not
     compile here (no C compiler: a warning says so)."""
-    if not enabled():
+    if not available():
         return False
     try:
         handle = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:  # not loaded under this name: nothing to point elsewhere
         return False
     try:
-        pool = _library_or_warning()
         slots = {}
         for pointer in POINTERS:  # a library without barriers has no barrier pointer
             with contextlib.suppress(ValueError):
                 slots[pointer] = ctypes.c_void_p.in_dll(handle, pointer)
-        if pool is None or LAUNCH not in slots:
+        if LAUNCH not in slots:
             return False
         for pointer, slot in slots.items():
-            slot.value = ctypes.cast(getattr(pool, POINTERS[pointer]), ctypes.c_void_p).value
+            slot.value = ctypes.cast(getattr(library(), POINTERS[pointer]), ctypes.c_void_p).value
         return True
     finally:  # the reference RTLD_NOLOAD took: TVM's module alone keeps the library loaded
         _ctypes.dlclose(handle._handle)
