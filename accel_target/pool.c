@@ -12,16 +12,17 @@
  * running at once, so the caller cannot run a late worker's task itself. The first such
  * launch of a kernel waits at the barrier as TVM's does, and the pool remembers the kernel;
  * from then on a launch of it takes as many tasks as there are threads on a core now (the
- * caller and the workers that checked for a job within the last RUNNING_US): one if the
- * workers sleep or another library's thread holds their cores (a single task meets no
- * barrier; the launch wakes sleeping workers for the next one).
+ * caller and the workers that checked for a job within the last RUNNING_US): one if
+ * another library's thread holds their cores (a single task meets no barrier). Sleeping
+ * workers are woken first and waited for, a little (`wake_sleepers`).
  *
  * The job is one 64-bit word, generation << 32 | tasks claimed, that tasks are claimed
  * from with a compare-and-swap: a claim that succeeds was made on the current job, so
  * the job's fields read before it are that job's.
  *
  * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200;
- * sched_yield, so that other threads on its core run first), then sleeps on a futex. One launch at a time
+ * sched_yield, so that other threads on its core run first), counted from the end of the
+ * last launch, then sleeps on a futex. One launch at a time
  * uses the workers; a launch from another thread meanwhile, or from inside a task, runs
  * its kernel as one task on its own thread. */
 #ifndef _GNU_SOURCE
@@ -46,6 +47,7 @@ typedef int (*parallel_lambda)(int task_id, group_env* env, void* cdata);
 #define MAX_THREADS 256
 #define MAX_BARRIER_KERNELS 1024
 #define RUNNING_US 20
+#define WAKE_WAIT_US 200
 
 static struct {
   int threads; /* the caller and threads - 1 workers; 0 until the first launch */
@@ -64,6 +66,7 @@ static struct {
   unsigned first_published;          /* `published` when the workers started */
   _Atomic int64_t seen_at[MAX_THREADS]; /* when each worker last checked for a job, in us */
   _Atomic(parallel_lambda) barrier_kernels[MAX_BARRIER_KERNELS];
+  atomic_int barrier_work_us[MAX_BARRIER_KERNELS]; /* each one's last launch: us x tasks */
   atomic_int held;       /* accel_pool_hold */
   atomic_int caller_cpu; /* the core of the thread that launched last */
   /* accel_pool_stats: launches; of them run as one task on the launching thread because the
@@ -90,13 +93,14 @@ static int64_t now_us(void) {
   return (int64_t)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
 
-static int meets_barriers(parallel_lambda f) {
+/* f's place among the kernels known to meet barriers, or -1. */
+static int barrier_kernel(parallel_lambda f) {
   for (int i = 0; i < MAX_BARRIER_KERNELS; ++i) {
     parallel_lambda known = atomic_load_explicit(&pool.barrier_kernels[i], memory_order_relaxed);
-    if (known == f) return 1;
-    if (known == NULL) return 0;
+    if (known == f) return i;
+    if (known == NULL) return -1;
   }
-  return 0;
+  return -1;
 }
 
 static void remember_barriers(parallel_lambda f) {
@@ -173,6 +177,9 @@ static void* worker(void* arg) {
     while (atomic_load_explicit(&pool.published, memory_order_acquire) == seen) {
       int64_t now = now_us();
       atomic_store_explicit(&pool.seen_at[index], now, memory_order_relaxed);
+      /* the spin counts from the end of the launch in progress (one its caller runs alone,
+       * having woken this worker too late): awake, the worker is there for the next */
+      if (atomic_load_explicit(&pool.busy, memory_order_relaxed)) until = now + pool.spin_us;
       if (now < until) {
         leave_callers_core();
         sched_yield();
@@ -229,6 +236,39 @@ static int workers_running(void) {
   return running;
 }
 
+/* A job for the workers: `num_task` tasks of `f`, task 0 the caller's. A job of one task
+ * too wakes sleeping workers, for the launches to come (unless `held`). */
+static void publish(parallel_lambda f, void* cdata, int num_task, int held) {
+  atomic_store_explicit(&pool.lambda, f, memory_order_relaxed);
+  atomic_store_explicit(&pool.cdata, cdata, memory_order_relaxed);
+  atomic_store_explicit(&pool.num_task, num_task, memory_order_relaxed);
+  atomic_store(&pool.done, 0);
+  atomic_store(&pool.failed, 0);
+  atomic_store(&pool.arrived, 0);
+  uint64_t generation = (atomic_load(&pool.claims) >> 32) + 1;
+  atomic_store_explicit(&pool.claims, generation << 32 | 1, memory_order_release); /* task 0: ours */
+  if (held) return;
+  atomic_fetch_add(&pool.published, 1);
+  if (atomic_load(&pool.sleeping) > 0) {
+    wake_elsewhere(atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed));
+    futex(&pool.published, FUTEX_WAKE, INT32_MAX);
+  }
+}
+
+/* Before a launch whose tasks meet at barriers, while workers sleep: wake them with a job
+ * that has nothing for them, and wait for them to check in, at most `budget_us` (a quarter
+ * of what the kernel's last launch took, summed over its tasks: the most that waiting for a
+ * worker that does not come may cost), WAKE_WAIT_US at most. A woken worker checks in
+ * within 20-50 us on a 2-core VM (its core was halted), or not until another library's
+ * thread leaves its core. Without this, the first launch of every call of a model called
+ * now and then would run alone on the caller. */
+static void wake_sleepers(int budget_us) {
+  if (budget_us > WAKE_WAIT_US) budget_us = WAKE_WAIT_US;
+  publish(NULL, NULL, 1, 0);
+  int64_t until = now_us() + budget_us;
+  for (int spins = 0; workers_running() < pool.threads - 1 && now_us() < until; ++spins) back_off(spins);
+}
+
 int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   int expected = 0;
   if (in_task || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
@@ -249,28 +289,21 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
   int held = atomic_load(&pool.held);
   if (num_task <= 0 || num_task > pool.threads) num_task = pool.threads;
-  if (meets_barriers(f)) {
+  int barriers = barrier_kernel(f);
+  if (barriers >= 0) {
+    if (!held && atomic_load(&pool.sleeping) > 0)
+      wake_sleepers(atomic_load_explicit(&pool.barrier_work_us[barriers], memory_order_relaxed) / 4);
     int running = 1 + (held ? 0 : workers_running());
     if (num_task > running) num_task = running;
   }
-  atomic_store_explicit(&pool.lambda, f, memory_order_relaxed);
-  atomic_store_explicit(&pool.cdata, cdata, memory_order_relaxed);
-  atomic_store_explicit(&pool.num_task, num_task, memory_order_relaxed);
-  atomic_store(&pool.done, 0);
-  atomic_store(&pool.failed, 0);
-  atomic_store(&pool.arrived, 0);
-  uint64_t generation = (atomic_load(&pool.claims) >> 32) + 1;
-  atomic_store_explicit(&pool.claims, generation << 32 | 1, memory_order_release); /* task 0: ours */
-  if (!held) { /* a job of one task too: it wakes sleeping workers for the launches to come */
-    atomic_fetch_add(&pool.published, 1);
-    if (atomic_load(&pool.sleeping) > 0) {
-      wake_elsewhere(atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed));
-      futex(&pool.published, FUTEX_WAKE, INT32_MAX);
-    }
-  }
+  int64_t started = now_us();
+  publish(f, cdata, num_task, held);
   run_task(f, cdata, 0, num_task, 0);
   claim_tasks(0);
   for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < num_task; ++spins) back_off(spins);
+  if (barriers >= 0 || (barriers = barrier_kernel(f)) >= 0) /* known, or learned in this launch */
+    atomic_store_explicit(&pool.barrier_work_us[barriers], (int)((now_us() - started) * num_task),
+                          memory_order_relaxed);
   int failed = atomic_load(&pool.failed);
   atomic_store(&pool.busy, 0);
   return failed ? -1 : 0;
