@@ -193,6 +193,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
 # 2.1x at 112x112x16->96); one channel block's kernel over every row (channels outer)
 # wins once the kernel is large (1.3-2.1x at 7x7 and 14x14 with 1-9 MB kernels).
 CHANNELS_INNER_MAX_KERNEL_BYTES = 640 * 1024
+# Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).
+MAX_UNROLLED_TAPS = 49
 CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
 
@@ -329,6 +331,12 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     if cfg.parallel:
         sch.parallel(outer)
     register_tile(sch, wi, oi, lanes)
+    if geo.groups == geo.in_c and geo.kh * geo.kw <= MAX_UNROLLED_TAPS:
+        # depthwise: one load and one FMA per tap and vector, so the taps unrolled let LLVM
+        # reuse a column's loads across the tile's columns and drop the loop: MobileNetV2's
+        # stride-1 layers 1.1-1.4x faster (14x14x384 29 -> 21 us, 56x56x144 114 -> 85 us)
+        sch.unroll(rkh)
+        sch.unroll(rkw)
     sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rkh)
