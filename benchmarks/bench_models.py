@@ -1,10 +1,14 @@
 """Whole models, batch 1: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
 
     python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
+                                      [--isa avx2]
 
 Writes benchmarks/results/<isa>/models.md and models.png (machine, threads, versions
-recorded). Each contender runs the same random-weight model (benchmarks/models.py)
-on the same input; accel's output is compared with PyTorch's (max rel error
+recorded). --isa avx2 holds every contender to AVX2 on an AVX-512 host: accel and stock
+TVM built for mcpu=haswell, PyTorch with ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2,
+ONNX Runtime (which picks its kernels from CPUID and has no switch) in a process whose CPUID
+reports no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c). Each contender runs the same
+random-weight model (benchmarks/models.py) on the same input; accel's output is compared with PyTorch's (max rel error
 column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
 process, the contenders taking turns for several rounds; peak memory is measured
 in fresh processes of their own.
@@ -23,23 +27,37 @@ import time
 
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
+# --isa avx2 reaches the per-model processes as ISA_ENV; it must act before ONNX Runtime
+# loads (and picks its kernels from CPUID) and before PyTorch does
+ISA_ENV = "ACCEL_BENCH_ISA"
+sys.path.insert(0, os.path.dirname(__file__))
+if os.environ.get(ISA_ENV) == "avx2":
+    import cpuid_cap
+
+    os.environ.update(cpuid_cap.AVX2_ENV)
+    with cpuid_cap.avx2():
+        import onnxruntime
 
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 import tvm  # noqa: E402
+from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target.benchmark import isa, max_rel_error, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
-from models import MODELS, make  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(__file__), "results", isa())  # one folder per vector ISA
+# accel's target and stock TVM's per --isa; results in one folder per vector ISA
+TARGETS = {"host": ("accel", "llvm"), "avx2": ({"tag": "accel", "mcpu": "haswell"}, "llvm -mcpu=haswell")}
 ROUNDS = 10
 
 
-def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
+def results_dir(which: str) -> str:
+    return os.path.join(os.path.dirname(__file__), "results", isa(TARGETS[which][0]))
+
+
+def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, which: str = "host") -> dict:
+    target, stock_target = TARGETS[which]
     model, x = make(name)
     with torch.inference_mode():
         reference = model(x).numpy()
@@ -47,7 +65,7 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
 
     started = time.perf_counter()
     mod = accel_target.from_torch(model, (x,))
-    executable = accel_target.build(mod)
+    executable = accel_target.build(mod, target=target)
     row["accel compile s"] = time.perf_counter() - started
     run_accel = vm_runner(executable, [x.numpy()])
     out = run_accel().numpy()
@@ -75,13 +93,13 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool) -> dict:
                 rounds[contender].append(median_ms(run, repeat))
         row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
         # memory of both deployments: weights beside the library, and inside it
-        separate = accel_target.build(mod, weights="separate")
+        separate = accel_target.build(mod, target=target, weights="separate")
         row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
             [separate, executable], path_onnx, x.numpy(), threads, tmp
         )
 
     if stock_tvm:
-        row["stock TVM"] = median_ms(vm_runner(tvm.compile(mod, target="llvm"), [x.numpy()]), 2)
+        row["stock TVM"] = median_ms(vm_runner(tvm.compile(mod, target=stock_target), [x.numpy()]), 2)
     return row
 
 
@@ -207,13 +225,20 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
+    parser.add_argument(
+        "--isa",
+        choices=sorted(TARGETS),
+        default=os.environ.get(ISA_ENV, "host"),
+        help="host: every contender at its best on this CPU; avx2: all held to AVX2 (see above)",
+    )
     parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
     threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
-        print(json.dumps(bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm)))
+        print(json.dumps(bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.isa)))
         return
+    os.environ[ISA_ENV] = args.isa  # for the per-model processes
     rows = []
     for name in args.models.split(","):
         # every model in a fresh process: the one before leaves the heap and the thread pools
@@ -230,12 +255,19 @@ def main() -> None:
         f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
         f"medians of {args.repeat} runs"
     )
+    if args.isa == "avx2":
+        header += (
+            "; every contender held to AVX2 on this AVX-512 host: accel and stock TVM built for mcpu=haswell, "
+            "PyTorch with ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2, ONNX Runtime with CPUID "
+            "reporting no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c)"
+        )
     text = markdown(rows, header)
     print(text)
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "models.md"), "w") as f:
+    results = results_dir(args.isa)
+    os.makedirs(results, exist_ok=True)
+    with open(os.path.join(results, "models.md"), "w") as f:
         f.write("# Whole models\n\n" + text)
-    plot(rows, os.path.join(RESULTS, "models.png"), header)
+    plot(rows, os.path.join(results, "models.png"), header)
 
 
 if __name__ == "__main__":
