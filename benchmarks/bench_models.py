@@ -5,13 +5,13 @@
 
 Writes benchmarks/results/<isa>/models.md and models.png (machine, threads, versions
 recorded). --isa avx2 holds every contender to AVX2 on an AVX-512 host: accel and stock
-TVM built for mcpu=haswell, PyTorch with ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2,
-ONNX Runtime (which picks its kernels from CPUID and has no switch) in a process whose CPUID
-reports no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c). Each contender runs the same
-random-weight model (benchmarks/models.py) on the same input; accel's output is compared with PyTorch's (max rel error
-column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
-process, the contenders taking turns for several rounds; peak memory is measured
-in fresh processes of their own.
+TVM built for mcpu=haswell; PyTorch with ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2
+and MKL_ENABLE_INSTRUCTIONS=AVX2; ONNX Runtime (which picks its kernels from CPUID and has
+no switch) loaded while CPUID reports no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c).
+Each contender runs the same random-weight model (benchmarks/models.py) on the same input;
+accel's output is compared with PyTorch's (max rel error column; the script stops if it
+exceeds 1e-4). Every model is measured in a fresh process, the contenders taking turns for
+several rounds; peak memory is measured in fresh processes of their own.
 """
 
 from __future__ import annotations
@@ -258,7 +258,8 @@ def main() -> None:
     if args.isa == "avx2":
         header += (
             "; every contender held to AVX2 on this AVX-512 host: accel and stock TVM built for mcpu=haswell, "
-            "PyTorch with ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2, ONNX Runtime with CPUID "
+            "PyTorch with ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2, "
+            "ONNX Runtime with CPUID "
             "reporting no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c)"
         )
     text = markdown(rows, header)
