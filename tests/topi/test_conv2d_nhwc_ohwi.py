@@ -109,6 +109,22 @@ def test_conv2d_config_heuristic(isa):
         assert config(48, 64, 2 * LANES[isa], 1).ow_block == OW_BLOCK_TWO_VECTORS[isa]
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_conv2d_tile_columns_divide_the_output_width(isa):
+    """A dense conv's register tile computes no padded columns on ResNet-50's output widths:
+    where the widest tile would not divide the width (AVX2's and SSE's 6 columns on 14 and
+    7), it takes a divisor of the width and fewer vectors of channels."""
+    knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
+    with tvm.target.Target(ISAS[isa]):
+        for width in (56, 28, 14, 7):
+            for k in (1, 3):
+                cfg = topi_accel.conv2d_config(
+                    topi_accel.conv2d_geometry((1, width, width, 256), (512, k, k, 256), 1, k // 2)
+                )
+                assert width % cfg.ow_block == 0, (width, k, cfg)
+                assert cfg.ow_block * cfg.oc_block // knobs.lanes <= knobs.accumulators, (width, k, cfg)
+
+
 def test_conv2d_schedule_is_vectorized_and_parallel():
     with tvm.target.Target("accel"):
         geo = topi_accel.conv2d_geometry((1, 56, 56, 64), (64, 3, 3, 64), 1, 1)

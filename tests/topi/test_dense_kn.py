@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 import topi_accel
-from tests.helpers import assert_close, isa_params, pack, rand, run_primfunc
+from tests.helpers import ISAS, assert_close, isa_params, pack, rand, run_primfunc
 from topi_accel.knobs import largest_divisor
 
 # (M, K, N)
@@ -37,6 +37,17 @@ def test_dense_kn(shape, target):
         cfg = topi_accel.dense_config(m, n)
     inputs = [x, pack(w, topi_accel.weight_pack_map(cfg))]
     assert_close(run_primfunc(topi_accel.dense_kn_func(m, k, n, cfg), inputs, (m, n), target), x @ w)
+
+
+@pytest.mark.parametrize("isa, lanes", [("avx512", 16), ("avx2", 8), ("sse", 4)])
+def test_dense_config_takes_three_vectors_where_they_divide_n(isa, lanes):
+    """Columns per register tile: three vectors where they divide N (BERT's 768, 2304, 3072 on
+    every ISA), else two (1000); one for N of one vector or less."""
+    with tvm.target.Target(ISAS[isa]):
+        for n in (768, 2304, 3072):
+            assert topi_accel.dense_config(128, n).n_block == 3 * lanes, n
+        assert topi_accel.dense_config(128, 1000).n_block == 2 * lanes
+        assert topi_accel.dense_config(128, lanes).n_block == lanes
 
 
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
