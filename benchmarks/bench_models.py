@@ -259,8 +259,7 @@ def main() -> None:
         header += (
             "; every contender held to AVX2 on this AVX-512 host: accel and stock TVM built for mcpu=haswell, "
             "PyTorch with ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2, "
-            "ONNX Runtime with CPUID "
-            "reporting no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c)"
+            "ONNX Runtime with CPUID reporting no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c)"
         )
     text = markdown(rows, header)
     print(text)
