@@ -111,9 +111,9 @@ def test_conv2d_config_heuristic(isa):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_conv2d_tile_columns_divide_the_output_width(isa):
-    """A dense conv's register tile computes no padded columns on ResNet-50's output widths:
-    where the widest tile would not divide the width (AVX2's and SSE's 6 columns on 14 and
-    7), it takes a divisor of the width and fewer vectors of channels."""
+    """A conv's register tile computes no padded columns on ResNet-50's and MobileNetV2's
+    output widths: where the widest tile would not divide the width (AVX2's and SSE's 6
+    columns on 14 and 7), it takes a divisor of the width and fewer vectors of channels."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -123,6 +123,11 @@ def test_conv2d_tile_columns_divide_the_output_width(isa):
                 )
                 assert width % cfg.ow_block == 0, (width, k, cfg)
                 assert cfg.ow_block * cfg.oc_block // knobs.lanes <= knobs.accumulators, (width, k, cfg)
+        # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
+        for width in (112, 56, 28, 14, 7):
+            geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
+            cfg = topi_accel.conv2d_config(geo)
+            assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
 
 
 def test_conv2d_schedule_is_vectorized_and_parallel():
