@@ -165,7 +165,13 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         return Conv2DConfig(**tuned)
     knobs = cpu_knobs(target)
     two = 2 * knobs.lanes
-    if geo.groups == 1:
+    if geo.groups > 1 and geo.groups == geo.in_c and geo.out_c % knobs.lanes == 0:
+        # depthwise: one vector of channels, up to 8 columns (a tap's input column serves up
+        # to kw of them). Against two vectors of 6 or 4 columns, 2 threads: AVX2 14x14x384
+        # 17.9 -> 10.8 us, 7x7x960 15.0 -> 6.6, 28x28x192 24.3 -> 18.9; AVX-512 112x112x32
+        # 59.7 -> 44.5, 56x56x144 55.2 -> 48.6
+        oc_block, ow_block = knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
+    elif geo.groups == 1:
         # the packed kernel is zero-padded up to a multiple of oc_block: prefer a block of
         # whole vectors that divides the channels, three (fewer loads per FMA, as dense_kn's
         # tiles) before two (96 -> 48, 64 -> 32), else two vectors. Three vectors, 2
@@ -173,25 +179,20 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         # 154 us, 7x7x160->960 76 -> 70), AVX2 1.06-1.46x (7x7x160->960 127 -> 87)
         whole = [b for b in (3 * knobs.lanes, two) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else two if geo.out_c > knobs.lanes else knobs.lanes
+        ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
+        columns = largest_divisor(geo.out_w, knobs.accumulators)
+        if geo.out_w % ow_block and columns >= MIN_DIVISOR_COLUMNS:
+            # the tile grid would compute padded columns in every output row (AVX2's 6
+            # columns of two vectors on ResNet-50's 14- and 7-wide outputs: 18 and 12 columns
+            # computed): a divisor of the width wide, as many vectors as the budget leaves.
+            # AVX2, 2 threads: 14x14x1024->256 713 -> 651 us, 7x7x512->2048 821 -> 636
+            ow_block, oc_block = columns, knobs.lanes * max(1, knobs.accumulators // columns)
     else:
-        # grouped: channel o reads input group o // (O / groups), so no padding
-        # (whole vectors when the channels allow: 144 channels -> 16, not 24)
+        # grouped: channel o reads input group o // (O / groups), so no padding (whole
+        # vectors when the channels allow)
         whole = [b for b in (two, knobs.lanes) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
-    ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
-    if geo.groups == geo.in_c and geo.out_c % knobs.lanes == 0:
-        # depthwise: one vector of channels, up to 8 columns (a tap's input column serves up
-        # to kw of them). AVX2, 2 threads, against two vectors of 6 or 4 columns: MobileNetV2's
-        # 14x14x384 17.9 -> 10.8 us, 7x7x960 15.0 -> 6.6, 28x28x192 24.3 -> 18.9; AVX-512
-        # 14x14x384 9.2 -> 8.4, 28x28x192 15.6 -> 14.8, 56x56x144 53.0 -> 51.5
-        oc_block, ow_block = knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
-    columns = largest_divisor(geo.out_w, knobs.accumulators)
-    if geo.groups == 1 and geo.out_w % ow_block and columns >= MIN_DIVISOR_COLUMNS:
-        # the tile grid would compute padded columns in every output row (AVX2's 6 columns
-        # of two vectors on ResNet-50's 14- and 7-wide outputs: 18 and 12 columns computed):
-        # a divisor of the width wide, as many vectors of channels as the budget leaves.
-        # AVX2, 2 threads: 14x14x1024->256 713 -> 651 us, 7x7x512->2048 821 -> 636
-        ow_block, oc_block = columns, knobs.lanes * max(1, knobs.accumulators // columns)
+        ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
     outer = _channels_outer(geo, dtype)
     return Conv2DConfig(
         oc_block=oc_block,
