@@ -297,11 +297,13 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
     if (num_task > running) num_task = running;
   }
   int64_t started = now_us();
+  int rounds = atomic_load(&pool.barrier_round);
   publish(f, cdata, num_task, held);
   run_task(f, cdata, 0, num_task, 0);
   claim_tasks(0);
   for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < num_task; ++spins) back_off(spins);
-  if (barriers >= 0 || (barriers = barrier_kernel(f)) >= 0) /* known, or learned in this launch */
+  if (barriers < 0 && atomic_load(&pool.barrier_round) != rounds) barriers = barrier_kernel(f); /* learned now */
+  if (barriers >= 0)
     atomic_store_explicit(&pool.barrier_work_us[barriers], (int)((now_us() - started) * num_task),
                           memory_order_relaxed);
   int failed = atomic_load(&pool.failed);

@@ -172,13 +172,9 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         # 59.7 -> 44.5, 56x56x144 55.2 -> 48.6
         oc_block, ow_block = knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
     elif geo.groups == 1:
-        # the packed kernel is zero-padded up to a multiple of oc_block: prefer a block of
-        # whole vectors that divides the channels, three (fewer loads per FMA, as dense_kn's
-        # tiles) before two (96 -> 48, 64 -> 32), else two vectors. Three vectors, 2
-        # threads, MobileNetV2's 1x1 convs: AVX-512 1.03-1.11x faster (112x112x16->96 172 ->
-        # 154 us, 7x7x160->960 76 -> 70), AVX2 1.06-1.46x (7x7x160->960 127 -> 87)
-        whole = [b for b in (3 * knobs.lanes, two) if geo.out_c % b == 0]
-        oc_block = whole[0] if whole else two if geo.out_c > knobs.lanes else knobs.lanes
+        # the packed kernel is zero-padded up to a multiple of oc_block: dense_kn's columns
+        # (three vectors where they divide the channels, 96 -> 48, else two, 64 -> 32)
+        oc_block = knobs.column_block(geo.out_c)
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
         columns = largest_divisor(geo.out_w, knobs.accumulators)
         if geo.out_w % ow_block and columns >= MIN_DIVISOR_COLUMNS:

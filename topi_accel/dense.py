@@ -63,20 +63,12 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32") -> tuple[int, 
     return m, k, n
 
 
-# Three vectors of columns per register tile where they divide N: fewer operand loads per
-# FMA (8 x 48 on AVX-512: 0.46, where 8 x 32 loads 0.63; 4 x 24 on AVX2, whose 16 registers
-# hold 12 accumulators). Measured on one AVX-512 host, 2 threads, AVX-512 / AVX2 code (ms):
-# 128x768x3072 2.28 -> 2.11 / 3.53 -> 3.15 (AVX2's rows were 4 x 16: the 6 rows its budget
-# allows do not divide 128), 128x768x768 0.52 -> 0.48 / 0.79 -> 0.70, 197x768x768
-# 0.72 -> 0.66 / 1.19 (6 x 16) -> 1.22.
 def dense_config(m: int | tirx.PrimExpr | None, n: int, target: tvm.target.Target | None = None) -> DenseConfig:
     """Tile sizes for an [m, *] x [*, n] product on `target` (m symbolic, None or an
     expression: the tiles of REPRESENTATIVE_ROWS rows)."""
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
-    n_block = 2 * knobs.lanes if n > knobs.lanes else knobs.lanes
-    if n % (3 * knobs.lanes) == 0:
-        n_block = 3 * knobs.lanes
+    n_block = knobs.column_block(n)
     rows = knobs.tile_rows(n_block)
     # a third of the register budget in rows keeps the B panel loads amortized
     m_block = pick_block(m, min(rows, 8))
