@@ -52,17 +52,25 @@ class WinogradConfig:
         return self.tile + KERNEL_SIZE - 1
 
 
-# Output tile per output size, measured on ResNet-50's 3x3 convs against conv2d_nhwc_ohwi
-# (2 threads, hot / after evicting the caches): F(4x4) at 56x56x64 (0.41 / 0.79 ms vs 0.71 /
-# 1.06) and 28x28x128 (0.34 / 0.65 vs 0.70 / 1.18); F(2x2) at 14x14x256 (0.44 / 0.69 vs 0.78 /
-# 0.90). Below, the transformed weights ((m + 2)^2 / 9 times the direct kernel's) serve too
-# few tiles: 7x7x512 is no faster hot and slower cold, the 17-37 MB weights coming from memory.
-TILE_BY_OUTPUT_PIXELS = ((28 * 28, 4), (14 * 14, 2))
+# Output tile by the pixels of the whole output (batch x height x width): the transformed
+# weights ((m + 2)^2 / 9 times the direct kernel's, 17-37 MB for a 512-channel 3x3) are read
+# once per call, so the tiles they serve decide. Measured on 3x3 convs of C -> C channels
+# against conv2d_nhwc_ohwi, 2 threads, after evicting the caches as a model's layers meet
+# their weights (ms, direct / F(2x2) / F(4x4)), AVX-512 and the same convs built for AVX2:
+#   1x7x7x512     0.93 / 1.28 / 1.93    1.45 / 1.53 / 2.25   (49 px: direct)
+#   2x7x7x512     1.65 / 1.20 / 2.36    2.73 / 1.56 / 2.63   (98: F(2x2))
+#   1x14x14x256   0.84 / 0.51 / 0.79    1.43 / 0.72 / 0.99
+#   4x7x7x512     3.07 / 1.94 / 2.92    5.39 / 2.95 / 3.38
+#   2x14x14x256   1.59 / 0.88 / 0.85    2.85 / 1.26 / 1.12   (392: F(4x4))
+#   8x7x7x512     6.07 / 3.72 / 3.14   10.46 / 5.54 / 3.58
+#   1x28x28x128   0.85 / 0.57 / 0.43    1.38 / 0.78 / 0.58
+TILE_BY_OUTPUT_PIXELS = ((2 * 14 * 14, 4), (2 * 7 * 7, 2))
 
 
 def winograd_tile(geo: Conv2DGeometry) -> int | None:
-    """The output tile side for `geo` by TILE_BY_OUTPUT_PIXELS, None below its smallest size."""
-    pixels = geo.out_h * geo.out_w
+    """The output tile side for `geo` by TILE_BY_OUTPUT_PIXELS, None below its smallest size
+    (`geo.batch` is the representative batch of a symbolic one)."""
+    pixels = geo.batch * geo.out_h * geo.out_w
     return next((tile for least, tile in TILE_BY_OUTPUT_PIXELS if pixels >= least), None)
 
 
@@ -87,7 +95,7 @@ def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = N
         return f"channels {geo.in_c}->{geo.out_c} are not multiples of {lanes}"
     if winograd_tile(geo) is None:
         least = TILE_BY_OUTPUT_PIXELS[-1][0]
-        return f"output {geo.out_h}x{geo.out_w} has fewer than {least} pixels (the direct kernel is faster)"
+        return f"output {geo.batch}x{geo.out_h}x{geo.out_w} has fewer than {least} pixels (the direct kernel is faster)"
     return None
 
 

@@ -69,7 +69,7 @@ def test_transformed_kernel_matches_definition():
         ((1, 56, 56, 64), (64, 3, 3, 64), {"strides": 2, "padding": 1}, "strides (2, 2)"),
         ((1, 56, 56, 64), (64, 3, 3, 16), {"padding": 1, "groups": 4}, "groups=4"),
         ((1, 56, 56, 10), (64, 3, 3, 10), {"padding": 1}, "channels 10->64 are not multiples of {lanes}"),
-        ((1, 7, 7, 512), (512, 3, 3, 512), {"padding": 1}, "output 7x7 has fewer than 196 pixels"),
+        ((1, 7, 7, 512), (512, 3, 3, 512), {"padding": 1}, "output 1x7x7 has fewer than 98 pixels"),
     ],
 )
 @pytest.mark.parametrize("isa", ISAS)
@@ -87,6 +87,22 @@ def test_winograd_condition_takes_a_resnet_3x3(isa):
         # 24 channels are whole 256-bit vectors, not whole 512-bit ones
         geo = topi_accel.conv2d_geometry((1, 28, 28, 24), (24, 3, 3, 24), 1, 1)
         assert (topi_accel.winograd_condition(geo) is None) == (isa != "avx512")
+
+
+@pytest.mark.parametrize(
+    "batch, size, tile",
+    [(1, 7, None), (2, 7, 2), (4, 7, 2), (8, 7, 4), (1, 14, 2), (2, 14, 4), (8, 14, 4), (1, 28, 4)],
+)
+@pytest.mark.parametrize("isa", ISAS)
+def test_winograd_tile_counts_the_whole_batch(isa, batch, size, tile):
+    # the transformed weights are read once per call: a batch of 7x7 outputs serves them as
+    # many tiles as one larger image (measured in TILE_BY_OUTPUT_PIXELS's comment)
+    with tvm.target.Target(ISAS[isa]):
+        geo = topi_accel.conv2d_geometry((batch, size, size, 64), (64, 3, 3, 64), 1, 1)
+        assert (topi_accel.winograd_condition(geo) is None) == (tile is not None)
+        assert topi_accel.winograd.winograd_tile(geo) == tile
+        if tile is not None:
+            assert topi_accel.winograd_config(geo).tile == tile
 
 
 def test_transform_kernel_rejects_other_kernels():
