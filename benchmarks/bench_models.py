@@ -1,17 +1,21 @@
-"""Whole models, batch 1: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
+"""Whole models: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
 
     python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
-                                      [--isa avx2]
+                                      [--batch 8]
 
-Writes benchmarks/results/<isa>/models.md and models.png (machine, threads, versions
-recorded). --isa avx2 holds every contender to AVX2 on an AVX-512 host: accel and stock
-TVM built for mcpu=haswell; PyTorch with ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2
-and MKL_ENABLE_INSTRUCTIONS=AVX2; ONNX Runtime (which picks its kernels from CPUID and has
-no switch) loaded while CPUID reports no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c).
-Each contender runs the same random-weight model (benchmarks/models.py) on the same input;
-accel's output is compared with PyTorch's (max rel error column; the script stops if it
-exceeds 1e-4). Every model is measured in a fresh process, the contenders taking turns for
-several rounds; peak memory is measured in fresh processes of their own.
+Writes benchmarks/results/<isa>/models.md and models.png (models_batch<N>.* for --batch N;
+<isa> is the host's widest vectors; machine, threads, versions recorded). For AVX2 figures
+on an AVX-512 host, run it as on an AVX2-only host, where every contender picks its AVX2
+code (accel's tag resolves to a Haswell, PyTorch and ONNX Runtime read a CPUID without
+AVX-512, AVX-VNNI or AMX):
+
+    python benchmarks/cpuid_cap.py python benchmarks/bench_models.py
+
+Each contender runs the same random-weight model
+(benchmarks/models.py) on the same input; accel's output is compared with PyTorch's (max
+rel error column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
+process, the contenders taking turns for several rounds; peak memory is measured in fresh
+processes of their own.
 """
 
 from __future__ import annotations
@@ -27,17 +31,8 @@ import time
 
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
-# --isa avx2 reaches the per-model processes as ISA_ENV; it must act before ONNX Runtime
-# loads (and picks its kernels from CPUID) and before PyTorch does
-ISA_ENV = "ACCEL_BENCH_ISA"
 sys.path.insert(0, os.path.dirname(__file__))
-if os.environ.get(ISA_ENV) == "avx2":
-    import cpuid_cap
-
-    os.environ.update(cpuid_cap.AVX2_ENV)
-    with cpuid_cap.avx2():
-        import onnxruntime
-
+import cpuid_cap  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
@@ -47,18 +42,12 @@ from models import MODELS, make  # noqa: E402
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target.benchmark import isa, max_rel_error, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
 
-# accel's target and stock TVM's per --isa; results in one folder per vector ISA
-TARGETS = {"host": ("accel", "llvm"), "avx2": ({"tag": "accel", "mcpu": "haswell"}, "llvm -mcpu=haswell")}
 ROUNDS = 10
 
 
-def results_dir(which: str) -> str:
-    return os.path.join(os.path.dirname(__file__), "results", isa(TARGETS[which][0]))
-
-
-def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, which: str = "host") -> dict:
-    target, stock_target = TARGETS[which]
-    model, x = make(name)
+def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1) -> dict:
+    target, stock_target = "accel", "llvm"
+    model, x = make(name, batch=batch)
     with torch.inference_mode():
         reference = model(x).numpy()
     row = {"model": name}
@@ -225,26 +214,21 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
-    parser.add_argument(
-        "--isa",
-        choices=sorted(TARGETS),
-        default=os.environ.get(ISA_ENV, "host"),
-        help="host: every contender at its best on this CPU; avx2: all held to AVX2 (see above)",
-    )
+    parser.add_argument("--batch", type=int, default=1, help="samples per inference (default 1)")
     parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
     threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
-        print(json.dumps(bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.isa)))
+        row = bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.batch)
+        print(json.dumps(row))
         return
-    os.environ[ISA_ENV] = args.isa  # for the per-model processes
     rows = []
     for name in args.models.split(","):
         # every model in a fresh process: the one before leaves the heap and the thread pools
         # in a state that slowed the next model's accel runs by up to 1.3x
         print(f"[bench] {name}", file=sys.stderr, flush=True)
-        command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat)]
+        command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat), "--batch", str(args.batch)]
         out = subprocess.run(
             command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True
         )
@@ -252,22 +236,18 @@ def main() -> None:
     header = (
         f"{threads} threads for every contender; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-        f"onnxruntime {onnxruntime.__version__}; batch 1, contenders taking turns: median of {ROUNDS} rounds' "
-        f"medians of {args.repeat} runs"
+        f"onnxruntime {onnxruntime.__version__}; batch {args.batch}, contenders taking turns: "
+        f"median of {ROUNDS} rounds' medians of {args.repeat} runs"
     )
-    if args.isa == "avx2":
-        header += (
-            "; every contender held to AVX2 on this AVX-512 host: accel and stock TVM built for mcpu=haswell, "
-            "PyTorch with ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2 and MKL_ENABLE_INSTRUCTIONS=AVX2, "
-            "ONNX Runtime with CPUID reporting no AVX-512, AVX-VNNI or AMX (benchmarks/cpuid_cap.c)"
-        )
+    header += cpuid_cap.note()
     text = markdown(rows, header)
     print(text)
-    results = results_dir(args.isa)
+    results = os.path.join(os.path.dirname(__file__), "results", isa())
     os.makedirs(results, exist_ok=True)
-    with open(os.path.join(results, "models.md"), "w") as f:
+    name = "models" if args.batch == 1 else f"models_batch{args.batch}"
+    with open(os.path.join(results, f"{name}.md"), "w") as f:
         f.write("# Whole models\n\n" + text)
-    plot(rows, os.path.join(results, "models.png"), header)
+    plot(rows, os.path.join(results, f"{name}.png"), header)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ before anything starts a thread pool: TVM (TVM_NUM_THREADS), PyTorch
 import math
 import os
 
+import cpuid_cap
+
 import accel_target
 from accel_target.benchmark import isa
 
@@ -43,7 +45,7 @@ def pytest_collection_modifyitems(items):
 def machine_line() -> str:
     return (
         f"{THREADS} threads for every contender; CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, "
-        f"torch {torch.__version__}, numpy {__import__('numpy').__version__}"
+        f"torch {torch.__version__}, numpy {__import__('numpy').__version__}{cpuid_cap.note()}"
     )
 
 

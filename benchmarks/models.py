@@ -102,7 +102,7 @@ def bert_encoder(layers=2):
     return nn.Sequential(*[EncoderLayer() for _ in range(layers)])
 
 
-# name -> (constructor, input shape)
+# name -> (constructor, input shape at batch 1)
 MODELS = {
     "resnet50": (resnet50, (1, 3, 224, 224)),
     "mobilenet_v2": (mobilenet_v2, (1, 3, 224, 224)),
@@ -110,12 +110,13 @@ MODELS = {
 }
 
 
-def make(name, seed=0):
+def make(name, seed=0, batch=1):
+    """(model with random weights, a random input of `batch` samples)."""
     torch.manual_seed(seed)
-    ctor, shape = MODELS[name]
+    ctor, (_, *shape) = MODELS[name]
     model = ctor().eval()
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
-    return model, torch.randn(*shape)
+    return model, torch.randn(batch, *shape)

@@ -12,7 +12,7 @@ import accel_target
 import topi_accel
 from accel_target import launches, pipeline
 from accel_target.torch_ops import import_program
-from tests.helpers import assert_close, run_executable
+from tests.helpers import assert_close, isa_params, run_executable
 from topi_accel import workshare
 
 
@@ -40,10 +40,10 @@ def _blocks():
     return accel_target.from_torch(model, (x,)), x.numpy(), ref
 
 
-def _unshared(mod):
+def _unshared(mod, target="accel"):
     """`mod` built without SharedLaunches."""
     with launches.disabled():
-        return accel_target.build(mod)
+        return accel_target.build(mod, target=target)
 
 
 def _called(executable) -> list[str]:
@@ -121,15 +121,17 @@ def test_kernels_of_a_symbolic_batch_share_a_launch():
         assert_close(out, ref)
 
 
-def test_kernels_too_small_to_wake_the_pool_for_run_in_parallel_in_a_shared_launch():
-    """At 8x8, SerialSmallKernels makes the convolutions serial (waking the pool for one costs
-    more than it saves); in a launch, where the pool is awake anyway, they run in parallel."""
+@pytest.mark.parametrize("target", isa_params())
+def test_kernels_too_small_to_wake_the_pool_for_run_in_parallel_in_a_shared_launch(target):
+    """At 4x4, SerialSmallKernels makes the convolutions serial on every ISA (waking the pool
+    for one costs more than it saves; at 8x8 the narrower vectors' kernels are large enough);
+    in a launch, where the pool is awake anyway, they run in parallel."""
     torch.manual_seed(0)
-    model, x = Blocks().eval(), torch.randn(1, 16, 8, 8)
+    model, x = Blocks().eval(), torch.randn(1, 16, 4, 4)
     with torch.no_grad():
         ref = model(x).numpy()
     mod = accel_target.from_torch(model, (x,))
-    target = tvm.target.Target("accel")
+    target = tvm.target.Target(target)
     with launches.disabled():
         unshared = pipeline.run_phases(mod, target)["lowering"]
     shared = pipeline.run_phases(mod, target)["lowering"]
@@ -141,6 +143,6 @@ def test_kernels_too_small_to_wake_the_pool_for_run_in_parallel_in_a_shared_laun
     merged = [name for name in kernels if name.startswith("shared_launch")]
     assert len(merged) == 1 and set(convs) <= set(topi_accel.shared_launch.member_names(merged[0]))
     assert kernels[merged[0]].script().count(workshare.CLAIM_RESET) >= len(convs)  # (each conv claimed)
-    out = run_executable(accel_target.build(mod), x.numpy())
-    assert np.array_equal(out, run_executable(_unshared(mod), x.numpy()))
+    out = run_executable(accel_target.build(mod, target=target), x.numpy())
+    assert np.array_equal(out, run_executable(_unshared(mod, target), x.numpy()))
     assert_close(out, ref)
