@@ -1,20 +1,26 @@
-"""Same-thread-count timing of a model on accel and other runtimes (used by `accel-tvm bench`)."""
+"""Same-thread-count timing of a model on accel and other runtimes (used by `accel-tvm bench`).
+
+`compare` times every runtime in a process of its own, the runtimes taking turns
+(`accel_target.timing`); `vm_runner`, `onnxruntime_runner` and `median_ms` time one runtime in
+the calling process, for scripts that already give each contender a process.
+"""
 
 from __future__ import annotations
 
 import os
-import time
+import tempfile
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from topi_accel.knobs import vector_bits
 
+from .deploy import save
 from .pipeline import build
 from .target import machine, num_threads
+from .timing import median_ms, onnxruntime_runner, save_inputs, take_turns, vm_runner
 
-WARMUP_S = 0.2
+__all__ = ["compare", "isa", "max_rel_error", "median_ms", "median_of_medians", "onnxruntime_runner", "vm_runner"]
 # the widest vectors of a target, by the name its benchmark results are kept under
 ISA_BY_VECTOR_BITS = {512: "avx512", 256: "avx2", 128: "sse"}
 
@@ -23,22 +29,6 @@ def isa(target="accel") -> str:
     """ "avx512", "avx2" or "sse": the vector ISA the kernels of `target` use (the host's for
     the plain "accel" tag); benchmark results are kept per ISA."""
     return ISA_BY_VECTOR_BITS[vector_bits(tvm.target.Target(target))]
-
-
-def median_ms(fn, repeat: int) -> float:
-    """Median wall time of `repeat` calls of `fn`, in ms, after warming up (at least three
-    calls and WARMUP_S seconds: the first calls of a fresh runtime fault in its memory and
-    wake its threads)."""
-    started, calls = time.perf_counter(), 0
-    while calls < 3 or time.perf_counter() - started < WARMUP_S:
-        fn()
-        calls += 1
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
 
 
 def median_of_medians(fn, repeat: int, rounds: int) -> float:
@@ -52,42 +42,14 @@ def max_rel_error(out, reference) -> float:
     return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
 
 
-def vm_runner(executable, arrays):
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in arrays]
-    return lambda: vm["main"](*args)
-
-
-def _torch_runner(path: str, arrays, threads: int):
-    import torch
-
-    torch.set_num_threads(threads)
-    module = torch.export.load(path).module()
-    tensors = [torch.from_numpy(a) for a in arrays]
-
-    def run():
-        with torch.inference_mode():
-            module(*tensors)
-
-    return run
-
-
-def onnxruntime_runner(path: str, arrays, threads: int):
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feed = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
-    return lambda: session.run(None, feed)
-
-
 CONTENDERS = ("tvm", "torch", "onnxruntime")
+# rounds of turns in `compare`; stock TVM takes one run in ten of the others (seconds a run)
+ROUNDS = 3
 
 
 def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat: int, progress=lambda m: None) -> dict:
-    """Median ms of accel and each contender on random inputs of the model's signature."""
+    """Median ms of accel and each contender on random inputs of the model's signature: each
+    runtime in a process of its own, taking turns ROUNDS times (median of the rounds' medians)."""
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         raise ValueError(f"unknown contender(s) {unknown}; supported: {', '.join(CONTENDERS)}")
@@ -97,22 +59,29 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     threads = num_threads()
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in inputs]
-    progress("building for accel")
-    rows = [("accel", vm_runner(build(mod), arrays), repeat)]
-    for name in contenders:
-        if name == "tvm":
-            progress("building with stock TVM (target llvm)")
-            rows.append(("stock TVM", vm_runner(tvm.compile(mod, target="llvm"), arrays), max(2, repeat // 10)))
-        elif name == "torch" and path.endswith(".pt2"):
-            rows.append(("PyTorch", _torch_runner(path, arrays, threads), repeat))
-        elif name == "onnxruntime" and path.endswith(".onnx"):
-            rows.append(("ONNX Runtime", onnxruntime_runner(path, arrays, threads), repeat))
-        else:
-            progress(f"skipping {name}: it cannot run {os.path.basename(path)}")
-    results = []
-    for name, run, rounds in rows:
-        progress(f"timing {name} ({rounds} rounds)")
-        results.append({"runtime": name, "ms": median_ms(run, rounds)})
+    with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
+        data = save_inputs(os.path.join(tmp, "inputs.npz"), arrays)
+        progress("building for accel")
+        save(build(mod), os.path.join(tmp, "accel.so"))
+        specs = {"accel": {"kind": "accel", "path": os.path.join(tmp, "accel.so"), "inputs": data}}
+        repeats = {"accel": repeat}
+        for name in contenders:
+            if name == "tvm":
+                progress("building with stock TVM (target llvm)")
+                tvm.compile(mod, target="llvm").export_library(os.path.join(tmp, "stock.so"))
+                specs["stock TVM"] = {"kind": "tvm", "path": os.path.join(tmp, "stock.so"), "inputs": data}
+                repeats["stock TVM"] = max(2, repeat // 10)
+            elif name == "torch" and path.endswith(".pt2"):
+                specs["PyTorch"] = {"kind": "torch", "path": os.path.abspath(path), "inputs": data}
+                repeats["PyTorch"] = repeat
+            elif name == "onnxruntime" and path.endswith(".onnx"):
+                specs["ONNX Runtime"] = {"kind": "onnxruntime", "path": os.path.abspath(path), "inputs": data}
+                repeats["ONNX Runtime"] = repeat
+            else:
+                progress(f"skipping {name}: it cannot run {os.path.basename(path)}")
+        progress(f"timing {', '.join(specs)}: each in a process of its own, {ROUNDS} rounds of turns")
+        rounds = take_turns(specs, threads, repeats, ROUNDS)
+    results = [{"runtime": name, "ms": float(np.median(times))} for name, times in rounds.items()]
     accel_ms = results[0]["ms"]
     for r in results:
         r["accel_speedup"] = r["ms"] / accel_ms

@@ -1,21 +1,26 @@
 """conv2d_nhwc_ohwi and dense_kn against stock TVM, PyTorch channels-last conv and numpy matmul.
 
-    python -m pytest benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py [--rounds 3] [--repeat 20] [--only TEXT] [--no-stock-tvm]
 
-prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median time of
-each contender per shape, accel's speed-up over each, and the geometric mean of
-the speed-ups per family, all on the same threads.
+prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median time of each
+contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per
+family. Every contender runs in a process of its own (accel_target.timing) with the same
+threads (ACCEL_BENCH_THREADS, default every core); the contenders take turns shape by shape,
+every shape in each of `--rounds` rounds, and each gets the median of its rounds' medians. accel's kernels run as
+`accel_target.build` gives them (accel's thread pool), stock TVM's as `tvm.compile(mod,
+"llvm")` does, in a process that never imports accel_target (TVM's pool as TVM sets it up).
 """
 
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
 import numpy as np
-import pytest
-import torch
-import tvm
 
-from accel_target.benchmark import vm_runner
-from tests.helpers import conv2d_module, matmul_module
-
-RNG = np.random.default_rng(0)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 # every distinct ResNet-50 convolution (v1.5: stride on the 3x3): (H=W, C, O, kernel, stride)
 RESNET50_CONVS = [
@@ -68,76 +73,213 @@ DENSE_SHAPES = [
     (256, 768, 3072),
 ]
 
-CONV_IDS = [f"conv{k}x{k}/{s} {h}x{h}x{c}->{o}" for h, c, o, k, s in RESNET50_CONVS]
-DW_IDS = [f"depthwise3x3/{s} {h}x{h}x{c}" for h, c, s in MOBILENET_DEPTHWISE]
-DENSE_IDS = ["dense {}x{}x{}".format(*s) for s in DENSE_SHAPES]
+# (name, kind, args): conv args are (H, C, O, kernel, stride, groups), dense args (M, K, N)
+CASES = (
+    [(f"conv{k}x{k}/{s} {h}x{h}x{c}->{o}", "conv", (h, c, o, k, s, 1)) for h, c, o, k, s in RESNET50_CONVS]
+    + [(f"depthwise3x3/{s} {h}x{h}x{c}", "conv", (h, c, c, 3, s, c)) for h, c, s in MOBILENET_DEPTHWISE]
+    + [("dense {}x{}x{}".format(*shape), "dense", shape) for shape in DENSE_SHAPES]
+)
+# contender -> the kinds of case it runs; stock TVM takes a few runs per turn (tens of ms each)
+CONTENDERS = {"accel": ("conv", "dense"), "stock_tvm": ("conv", "dense"), "torch": ("conv",), "numpy": ("dense",)}
+STOCK_REPEAT = 2
 
 
-def _vm_call(mod, target, inputs):
-    return vm_runner(tvm.compile(mod, target=target), inputs)
+def _arrays(kind: str, args) -> tuple[np.ndarray, np.ndarray]:
+    """(data, weight): NHWC / OHWI for a conv, [M, K] / [K, N] for a dense; random, seeded."""
+    rng = np.random.default_rng(0)
+    if kind == "conv":
+        h, c, o, k, _, groups = args
+        return rng.standard_normal((1, h, h, c), "float32"), rng.standard_normal((o, k, k, c // groups), "float32")
+    m, k, n = args
+    return rng.standard_normal((m, k), "float32"), rng.standard_normal((k, n), "float32")
 
 
-def _conv_case(h, c, o, k, stride, groups=1):
-    """NHWC data, OHWI weights, as the module, and as PyTorch channels-last tensors."""
-    x = RNG.standard_normal((1, h, h, c)).astype("float32")
-    w = RNG.standard_normal((o, k, k, c // groups)).astype("float32")
-    mod = conv2d_module(
-        x, w, True, strides=stride, padding=k // 2, groups=groups, data_layout="NHWC", kernel_layout="OHWI"
-    )
+def _module(kind: str, args):
+    """The case as a Relax module with constant weights (NHWC / OHWI conv2d, or matmul)."""
+    from tvm import relax
+
+    x, w = _arrays(kind, args)
+    bb = relax.BlockBuilder()
+    data = relax.Var("data", relax.TensorType(x.shape, "float32"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            if kind == "conv":
+                _, _, _, k, stride, groups = args
+                call = relax.op.nn.conv2d(
+                    data, relax.const(w), stride, k // 2, 1, groups, data_layout="NHWC", kernel_layout="OHWI"
+                )
+            else:
+                call = relax.op.matmul(data, relax.const(w))
+            out = bb.emit_output(call)
+        bb.emit_func_output(out)
+    return bb.get(), x
+
+
+# --- runners, made in each contender's timing process ---------------------------------
+
+
+def accel_runner(kind: str, args):
+    import accel_target
+    from accel_target.timing import vm_runner
+
+    mod, x = _module(kind, args)
+    return vm_runner(accel_target.build(mod), [x])
+
+
+def stock_tvm_runner(kind: str, args):
+    import tvm
+    from tvm import relax
+
+    mod, x = _module(kind, args)  # (TVM alone: importing accel_target would set TVM's pool knobs)
+    main = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"]
+    data = tvm.runtime.tensor(x)
+    return lambda: main(data)
+
+
+def torch_runner(kind: str, args):
+    import torch
+
+    x, w = _arrays(kind, args)
+    _, _, _, k, stride, groups = args
     xt, wt = torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2)
     assert xt.is_contiguous(memory_format=torch.channels_last)
-    return x, mod, lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=k // 2, groups=groups)
+
+    def run():
+        with torch.inference_mode():
+            torch.nn.functional.conv2d(xt, wt, stride=stride, padding=k // 2, groups=groups)
+
+    return run
 
 
-# (the _conv_case arguments, benchmark group = test id)
-CONV_CASES = list(zip(RESNET50_CONVS, CONV_IDS)) + [
-    ((h, c, c, 3, s, c), name) for (h, c, s), name in zip(MOBILENET_DEPTHWISE, DW_IDS)
-]
-DENSE_CASES = list(zip(DENSE_SHAPES, DENSE_IDS))
+def numpy_runner(kind: str, args):
+    x, w = _arrays(kind, args)
+    return lambda: x @ w
 
 
-@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
-def test_accel(benchmark, shape, group):
-    x, mod, _ = _conv_case(*shape)
-    benchmark.group = group
-    benchmark(_vm_call(mod, "accel", [x]))
+# --- the table -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
-def test_stock_tvm(benchmark, shape, group):
-    x, mod, _ = _conv_case(*shape)
-    benchmark.group = group
-    benchmark.pedantic(_vm_call(mod, "llvm", [x]), rounds=2, warmup_rounds=1)
+def ratio_table(groups: dict[str, dict[str, float]]) -> str:
+    """Markdown: one row per shape, median ms of each contender, accel's speed-up over each;
+    then the geometric mean of the speed-ups per family."""
+    names = [n for n in CONTENDERS if n != "accel" and any(n in g for g in groups.values())]
+    lines = [
+        "| shape | accel ms | "
+        + " | ".join(f"{n} ms" for n in names)
+        + " | "
+        + " | ".join(f"vs {n}" for n in names)
+        + " |",
+        "|---" * (2 + 2 * len(names)) + "|",
+    ]
+    for group, times in groups.items():
+        accel = times["accel"]
+        cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
+        ratios = [f"{times[n] / accel:.2f}x" if n in times else "" for n in names]
+        lines.append(f"| {group} | {accel:.3f} | " + " | ".join(cells + ratios) + " |")
+    lines += [
+        "",
+        "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |",
+        "|---" * (2 + len(names)) + "|",
+    ]
+    for family, members in families(groups).items():
+        means = []
+        for n in names:
+            ratios = [t[n] / t["accel"] for t in members if n in t]
+            means.append(f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x" if ratios else "")
+        lines.append(f"| {family} | {len(members)} | " + " | ".join(means) + " |")
+    return "\n".join(lines)
 
 
-@pytest.mark.parametrize("shape,group", CONV_CASES, ids=[c[1] for c in CONV_CASES])
-def test_torch(benchmark, shape, group):
-    _, _, run = _conv_case(*shape)
-    benchmark.group = group
-    with torch.inference_mode():
-        benchmark(run)
+def families(groups: dict) -> dict:
+    """Shape groups by family: the group name's first word without its kernel size (conv, depthwise, dense)."""
+    out: dict[str, list] = {}
+    for group, times in groups.items():
+        word = group.split()[0].split("/")[0].rstrip("0123456789x")
+        out.setdefault(word, []).append(times)
+    return out
 
 
-def _dense_case(m, k, n):
-    return RNG.standard_normal((m, k)).astype("float32"), RNG.standard_normal((k, n)).astype("float32")
+def plot_speedups(groups: dict[str, dict[str, float]], path: str, title: str) -> None:
+    """Bar chart of accel's speed-up over each contender, per shape (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    others = [n for n in CONTENDERS if n != "accel" and any(n in g for g in groups.values())]
+    fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(groups)), 4.5))
+    width = 0.8 / len(others)
+    for i, other in enumerate(others):
+        ratios = [g[other] / g["accel"] if other in g else float("nan") for g in groups.values()]
+        ax.bar([x + i * width for x in range(len(groups))], ratios, width, label=f"vs {other}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("accel speed-up (log)")
+    ticks = [x + width * (len(others) - 1) / 2 for x in range(len(groups))]
+    ax.set_xticks(ticks, list(groups), rotation=70, ha="right", fontsize=6)
+    ax.set_title(title, fontsize=7)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
-@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
-def test_accel_dense(benchmark, shape, group):
-    x, w = _dense_case(*shape)
-    benchmark.group = group
-    benchmark(_vm_call(matmul_module(x, w, True), "accel", [x]))
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="turns per contender and shape (default 3)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per turn (default 20)")
+    parser.add_argument("--only", default="", help="shapes whose name contains this text (default: all)")
+    parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (the slowest contender)")
+    args = parser.parse_args()
+
+    sys.path.insert(0, HERE)
+    import cpuid_cap
+    import torch
+    import tvm
+
+    import accel_target
+    from accel_target.benchmark import isa
+    from accel_target.timing import TimingProcess
+
+    threads = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
+    contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
+    processes = {name: TimingProcess(name, threads, path=[HERE]) for name in contenders}
+    cases = [(group, kind, case) for group, kind, case in CASES if args.only in group]
+    times: dict[str, dict[str, list[float]]] = {group: {} for group, _, _ in cases}
+    try:
+        # every shape in every round: a slow spell of the machine spoils one round of a few
+        # shapes, which their medians drop, rather than every round of one shape
+        for turn in range(args.rounds):
+            for group, kind, case in cases:
+                for name in (n for n, kinds in contenders.items() if kind in kinds):
+                    spec = {"kind": "call", "function": f"bench_kernels:{name}_runner", "args": [kind, list(case)]}
+                    repeat = STOCK_REPEAT if name == "stock_tvm" else args.repeat
+                    times[group].setdefault(name, []).append(processes[name].median_ms(spec, repeat))
+                cells = ", ".join(f"{n} {t[-1]:.3f}" for n, t in times[group].items())
+                print(f"[bench] round {turn + 1}, {group}: {cells} ms", file=sys.stderr, flush=True)
+    finally:
+        for process in processes.values():
+            process.close()
+    groups = {group: {n: float(np.median(t)) for n, t in by.items()} for group, by in times.items()}
+
+    header = (
+        f"{threads} threads for every contender, each in a process of its own, taking turns shape by shape, "
+        f"every shape in every round: median of {args.rounds} rounds' medians of {args.repeat} runs "
+        f"({STOCK_REPEAT} for stock TVM); "
+        f"CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
+        f"numpy {np.__version__}{cpuid_cap.note()}"
+    )
+    text = f"{header}\n\n{ratio_table(groups)}\n\n'vs X' = X's median time / accel's (above 1: accel is faster)\n"
+    print(text)
+    if args.only:  # a subset does not replace the tables
+        return 0
+    results = os.path.join(HERE, "results", isa())
+    os.makedirs(results, exist_ok=True)
+    with open(os.path.join(results, "kernels.md"), "w", encoding="utf-8") as f:
+        f.write(f"# kernels\n\n{text}")
+    plot_speedups(groups, os.path.join(results, "kernels.png"), header)
+    return 0
 
 
-@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
-def test_stock_tvm_dense(benchmark, shape, group):
-    x, w = _dense_case(*shape)
-    benchmark.group = group
-    benchmark.pedantic(_vm_call(matmul_module(x, w, True), "llvm", [x]), rounds=2, warmup_rounds=1)
-
-
-@pytest.mark.parametrize("shape,group", DENSE_CASES, ids=DENSE_IDS)
-def test_numpy_dense(benchmark, shape, group):
-    x, w = _dense_case(*shape)
-    benchmark.group = group
-    benchmark(lambda: x @ w)
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,11 +11,16 @@ AVX-512, AVX-VNNI or AMX):
 
     python benchmarks/cpuid_cap.py python benchmarks/bench_models.py
 
+Where Linux offers no CPUID faulting (AMD hosts), `--mcpu haswell` builds accel and stock TVM
+for AVX2 and holds PyTorch to AVX2 by its own switches; ONNX Runtime has none and keeps the
+host's AVX-512 kernels (accel on AVX2 against ONNX Runtime on AVX-512: a bound, not a match).
+
 Each contender runs the same random-weight model
 (benchmarks/models.py) on the same input; accel's output is compared with PyTorch's (max
-rel error column; the script stops if it exceeds 1e-4). Every model is measured in a fresh
-process, the contenders taking turns for several rounds; peak memory is measured in fresh
-processes of their own.
+rel error column; the script stops if it exceeds 1e-4). Every model is prepared in a fresh
+process, and every contender is timed in a process of its own (accel_target.timing: thread
+pools sharing a process steal each other's cores), the contenders taking turns for several
+rounds; peak memory is measured in fresh processes of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import time
 
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
-sys.path.insert(0, os.path.dirname(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import cpuid_cap  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
@@ -40,13 +46,21 @@ import tvm  # noqa: E402
 from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import isa, max_rel_error, median_ms, onnxruntime_runner, vm_runner  # noqa: E402
+from accel_target.benchmark import isa, max_rel_error, vm_runner  # noqa: E402
+from accel_target.timing import save_inputs, take_turns  # noqa: E402
 
 ROUNDS = 10
 
 
-def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1) -> dict:
-    target, stock_target = "accel", "llvm"
+def _targets(mcpu: str | None) -> tuple:
+    """accel's target and stock TVM's: the host's, or built for `mcpu`."""
+    if mcpu is None:
+        return "accel", "llvm"
+    return tvm.target.Target({"tag": "accel", "mcpu": mcpu}), tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+
+
+def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1, mcpu: str | None = None) -> dict:
+    target, stock_target = _targets(mcpu)
     model, x = make(name, batch=batch)
     with torch.inference_mode():
         reference = model(x).numpy()
@@ -56,39 +70,37 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: in
     mod = accel_target.from_torch(model, (x,))
     executable = accel_target.build(mod, target=target)
     row["accel compile s"] = time.perf_counter() - started
-    run_accel = vm_runner(executable, [x.numpy()])
-    out = run_accel().numpy()
+    out = vm_runner(executable, [x.numpy()])().numpy()
     row["max rel error"] = max_rel_error(out, reference)
     if row["max rel error"] > 1e-4:
         raise SystemExit(f"{name}: accel's output differs from PyTorch's by {row['max rel error']:.1e}")
 
-    def run_torch():
-        with torch.inference_mode():
-            model(x)
-
     with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
-        path_onnx = os.path.join(tmp, f"{name}.onnx")
-        torch.onnx.export(model, (x,), path_onnx, dynamo=False, input_names=["x"])
-        runners = {
-            "accel": run_accel,
-            "PyTorch": run_torch,
-            "ONNX Runtime": onnxruntime_runner(path_onnx, [x.numpy()], threads),
+        paths = {k: os.path.join(tmp, f"{name}.{k}") for k in ("onnx", "so", "pt", "npz")}
+        torch.onnx.export(model, (x,), paths["onnx"], dynamo=False, input_names=["x"])
+        accel_target.save(executable, paths["so"])
+        torch.save(model, paths["pt"])  # eager PyTorch, unpickled in its timing process
+        data = save_inputs(paths["npz"], [x.numpy()])
+        specs = {
+            "accel": {"kind": "accel", "path": paths["so"], "inputs": data},
+            "PyTorch": {"kind": "torch", "path": paths["pt"], "inputs": data},
+            "ONNX Runtime": {"kind": "onnxruntime", "path": paths["onnx"], "inputs": data},
         }
-        # the contenders take turns, ROUNDS times, so that a noisy spell on this shared machine
-        # falls on all of them alike; each gets the median of its rounds' medians
-        rounds = {contender: [] for contender in runners}
-        for _ in range(ROUNDS):
-            for contender, run in runners.items():
-                rounds[contender].append(median_ms(run, repeat))
+        # each contender in a process of its own, taking turns ROUNDS times, so that a noisy
+        # spell on this shared machine falls on all of them alike; each gets the median of its
+        # rounds' medians
+        env = {"PyTorch": cpuid_cap.AVX2_ENV} if mcpu and isa(target) == "avx2" else None
+        rounds = take_turns(specs, threads, repeat, ROUNDS, path=[HERE], env=env)
         row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
         # memory of both deployments: weights beside the library, and inside it
         separate = accel_target.build(mod, target=target, weights="separate")
         row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
-            [separate, executable], path_onnx, x.numpy(), threads, tmp
+            [separate, executable], paths["onnx"], x.numpy(), threads, tmp
         )
-
-    if stock_tvm:
-        row["stock TVM"] = median_ms(vm_runner(tvm.compile(mod, target=stock_target), [x.numpy()]), 2)
+        if stock_tvm:
+            tvm.compile(mod, target=stock_target).export_library(os.path.join(tmp, "stock.so"))
+            spec = {"kind": "tvm", "path": os.path.join(tmp, "stock.so"), "inputs": data}
+            row["stock TVM"] = take_turns({"stock TVM": spec}, threads, 2, 1)["stock TVM"][0]
     return row
 
 
@@ -215,12 +227,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
     parser.add_argument("--batch", type=int, default=1, help="samples per inference (default 1)")
+    parser.add_argument(
+        "--mcpu",
+        help="build accel and stock TVM for this LLVM CPU (haswell: AVX2, with PyTorch held to AVX2 too) on a "
+        "host without CPUID faulting, where cpuid_cap.py cannot run; ONNX Runtime keeps the host's kernels",
+    )
     parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
     threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
-        row = bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.batch)
+        row = bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.batch, args.mcpu)
         print(json.dumps(row))
         return
     rows = []
@@ -229,6 +246,7 @@ def main() -> None:
         # in a state that slowed the next model's accel runs by up to 1.3x
         print(f"[bench] {name}", file=sys.stderr, flush=True)
         command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat), "--batch", str(args.batch)]
+        command += ["--mcpu", args.mcpu] if args.mcpu else []
         out = subprocess.run(
             command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True
         )
@@ -236,13 +254,18 @@ def main() -> None:
     header = (
         f"{threads} threads for every contender; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-        f"onnxruntime {onnxruntime.__version__}; batch {args.batch}, contenders taking turns: "
-        f"median of {ROUNDS} rounds' medians of {args.repeat} runs"
+        f"onnxruntime {onnxruntime.__version__}; batch {args.batch}, each contender in a process of its "
+        f"own, taking turns: median of {ROUNDS} rounds' medians of {args.repeat} runs"
     )
     header += cpuid_cap.note()
+    if args.mcpu:
+        held = ", ".join(f"{k}={v}" for k, v in cpuid_cap.AVX2_ENV.items())
+        header += f"; accel and stock TVM built for mcpu={args.mcpu}"
+        header += f", PyTorch held to AVX2 ({held})" if isa(_targets(args.mcpu)[0]) == "avx2" else ""
+        header += "; ONNX Runtime not held: it picks its kernels from CPUID"
     text = markdown(rows, header)
     print(text)
-    results = os.path.join(os.path.dirname(__file__), "results", isa())
+    results = os.path.join(os.path.dirname(__file__), "results", isa(_targets(args.mcpu)[0]))
     os.makedirs(results, exist_ok=True)
     name = "models" if args.batch == 1 else f"models_batch{args.batch}"
     with open(os.path.join(results, f"{name}.md"), "w") as f:

@@ -1,5 +1,5 @@
-"""Every benchmark in one command: the kernel tables (pytest-benchmark), the whole models
-and the model zoo of the tests.
+"""Every benchmark in one command: the kernel tables, the whole models and the model zoo of
+the tests.
 
     python benchmarks/run.py [bench_models.py options, e.g. --no-stock-tvm]
 
@@ -7,7 +7,7 @@ Writes benchmarks/results/<isa>/{kernels,models}.{md,png} and zoo.md (<isa>: avx
 or sse, the host's widest vectors) and the results and zoo sections of
 benchmarks/README.md; ACCEL_BENCH_THREADS sets the thread count for every contender
 (default: every core for the kernels and models, 2 for the zoo). `--no-stock-tvm` applies
-to the zoo too. `python benchmarks/run.py --readme` only regenerates those sections from
+to the kernels and the zoo too. `python benchmarks/run.py --readme` only regenerates those sections from
 the results already there.
 """
 
@@ -68,12 +68,9 @@ def main() -> int:
     if sys.argv[1:] == ["--readme"]:
         write_readme()
         return 0
-    kernels = subprocess.run(
-        [sys.executable, "-m", "pytest", os.path.join(HERE, "bench_kernels.py"), "-q", "-p", "no:cacheprovider"],
-        cwd=root,
-    )
-    models = subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), *sys.argv[1:]], cwd=root)
     no_stock = ["--no-stock-tvm"] if "--no-stock-tvm" in sys.argv[1:] else []
+    kernels = subprocess.run([sys.executable, os.path.join(HERE, "bench_kernels.py"), *no_stock], cwd=root)
+    models = subprocess.run([sys.executable, os.path.join(HERE, "bench_models.py"), *sys.argv[1:]], cwd=root)
     zoo = subprocess.run([sys.executable, os.path.join(HERE, "bench_zoo.py"), *no_stock], cwd=root)
     write_readme()
     return kernels.returncode or models.returncode or zoo.returncode

@@ -1,0 +1,43 @@
+"""Timing contenders in processes of their own (accel_target.timing), as the benchmarks do."""
+
+import numpy as np
+import pytest
+import tvm
+
+import accel_target
+from accel_target.timing import TimingProcess, save_inputs, take_turns
+from tests.helpers import conv2d_module
+
+
+def _call(function: str, *args) -> dict:
+    return {"kind": "call", "function": f"tests.timing_probes:{function}", "args": list(args)}
+
+
+def test_contenders_take_turns_in_processes_of_their_own():
+    specs = {"fast": _call("sleeper", 1.0), "slow": _call("sleeper", 5.0), "clean": _call("environment", "3")}
+    times = take_turns(specs, threads=3, repeat=3, rounds=2)
+    assert {name: len(t) for name, t in times.items()} == {"fast": 2, "slow": 2, "clean": 2}
+    assert all(1.0 <= t < 4.0 for t in times["fast"]) and all(t >= 5.0 for t in times["slow"]), times
+
+
+def test_a_runner_that_fails_is_an_error_naming_the_contender():
+    with (
+        TimingProcess("mine", threads=1) as process,
+        pytest.raises(RuntimeError, match="timing mine: ValueError: no such model"),
+    ):
+        process.median_ms(_call("broken"), 1)
+
+
+def test_accel_and_stock_libraries_time_in_their_processes(tmp_path):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 8, 8, 16), "float32"), rng.standard_normal((32, 3, 3, 16), "float32")
+    mod = conv2d_module(x, w, True, padding=1, data_layout="NHWC", kernel_layout="OHWI")
+    accel_target.save(accel_target.build(mod), tmp_path / "accel.so")
+    tvm.compile(mod, target="llvm").export_library(str(tmp_path / "stock.so"))
+    data = save_inputs(str(tmp_path / "x.npz"), [x])
+    specs = {
+        "accel": {"kind": "accel", "path": str(tmp_path / "accel.so"), "inputs": data},
+        "stock TVM": {"kind": "tvm", "path": str(tmp_path / "stock.so"), "inputs": data},
+    }
+    times = take_turns(specs, threads=2, repeat=2, rounds=1)
+    assert all(len(t) == 1 and t[0] > 0 for t in times.values()), times
