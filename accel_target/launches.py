@@ -92,6 +92,7 @@ class _Runs:
 
     def __init__(self, mod: tvm.IRModule):
         self.mod, self.joining, self.count = mod, {}, 0  # joining: kernel -> Joining or None
+        self.merged = {}  # (kernels, argument pattern) -> the merged kernel's GlobalVar
         self.heaps = set()  # (of the function whose blocks it is given)
         self.cores = cpu_knobs().cores  # (of the target in scope)
         self.builder = relax.BlockBuilder(mod)  # (it gives the merged kernels typed GlobalVars)
@@ -141,13 +142,17 @@ class _Runs:
         """The bindings of `run` with its kernel calls as one: allocations and views first,
         then the call, then the releases."""
         calls = [b for b in run if _role(b, self.heaps) == "kernel"]
-        func, args = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
-        names = [b.value.op.name_hint for b in calls]
-        name = SEPARATOR.join([f"{PREFIX}{self.count}", *names])
-        impls = [str((self.mod[b.value.op].attrs or {}).get(IMPL, "")) for b in calls]
-        func = func.with_attr("global_symbol", name).with_attr(MEMBERS, [[n, i] for n, i in zip(names, impls)])
-        gvar = self.builder.add_func(func, name)
-        self.count += 1
+        args, pattern = shared_launch.argument_pattern([list(b.value.args) for b in calls])
+        key = (tuple(b.value.op for b in calls), pattern)
+        if key not in self.merged:  # (a run repeated, a block of a model per sample, is one kernel)
+            func, _ = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
+            names = [b.value.op.name_hint for b in calls]
+            name = SEPARATOR.join([f"{PREFIX}{self.count}", *names])
+            impls = [str((self.mod[b.value.op].attrs or {}).get(IMPL, "")) for b in calls]
+            func = func.with_attr("global_symbol", name).with_attr(MEMBERS, [[n, i] for n, i in zip(names, impls)])
+            self.merged[key] = self.builder.add_func(func, name)
+            self.count += 1
+        gvar = self.merged[key]
         moved = [b for b in run if _role(b, self.heaps) == "move"]
         released = [b for b in run if _role(b, self.heaps) == "release"]
         call = self.builder.normalize(relax.Call(gvar, args))

@@ -46,12 +46,14 @@ from . import deploy, launches
 from .deploy import AccelExecutable
 from .inplace import write_in_place
 from .launches import share_launches
+from .microbatch import micro_batch
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
 from .transforms import (
     FastMath,
     FoldConstantNumpy,
     PadAsConv,
+    ShareConstants,
     SimplifyLayouts,
     WholeInputPooling,
     convert_input_layout,
@@ -117,6 +119,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
             relax.transform.RemoveRedundantReshape(),
             FastMath(),
             relax.transform.DeadCodeElimination(),
+            micro_batch,  # a batch's leading layers one sample at a time (accel_target/microbatch.py)
         ]
     ]
 
@@ -204,7 +207,11 @@ def _noting_fusion():
 def legalize_passes() -> list[tvm.transform.Pass]:
     """Kernels for every op, the accel strategies first (a strategy that raises gives the op to
     the next one, or TVM's)."""
-    return [*cpu_generic.pipeline.library_dispatch_passes(None), relax.transform.LegalizeOps()]  # sort, scan first
+    return [
+        *cpu_generic.pipeline.library_dispatch_passes(None),  # sort, scan first
+        relax.transform.LegalizeOps(),
+        contained(ShareConstants()),  # a weight packed once per call that reads it is one weight
+    ]
 
 
 def kernel_passes() -> list[tvm.transform.Pass]:

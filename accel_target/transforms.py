@@ -26,12 +26,14 @@
   op (``reshape(reshape(a) + y)``), so that it follows the kernel directly and
   becomes its epilogue.
 
-`PadAsConv` carries the other spatial zero pads through ConvertLayout.
+`PadAsConv` carries the other spatial zero pads through ConvertLayout. `ShareConstants`
+makes tensor constants of equal value one.
 `convert_input_layout` gives main channels-last image inputs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -665,3 +667,28 @@ class FastMath:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return _rewrite_functions(_FastMath, mod)
+
+
+@mutator
+class _ConstantSharer(PyExprMutator):
+    def __init__(self, mod=None):
+        super().__init__(mod)
+        self.first: dict = {}  # (dtype, shape, digest of the bytes) -> the first such constant
+
+    def visit_generic_const_(self, const):
+        if not isinstance(const.value, tvm.runtime.Tensor):
+            return const
+        array = const.value.numpy()
+        key = (str(array.dtype), array.shape, hashlib.blake2b(np.ascontiguousarray(array).data).digest())
+        return self.first.setdefault(key, const)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ShareConstants")
+class ShareConstants:
+    """Tensor constants of equal value become one constant. The strategies pack a constant
+    weight once per call that reads it (MicroBatch's per-sample copies of the leading layers
+    read each weight once per sample); every copy would be a weight of its own in the
+    library, its weights file and memory (ResNet-50 at batch 8: 409 weights, 500 MB, for 108)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return _rewrite_functions(_ConstantSharer, mod)

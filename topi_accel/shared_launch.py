@@ -170,6 +170,21 @@ def _index(args: list, arg) -> int | None:
     return next((i for i, known in enumerate(args) if known.same_as(arg)), None)
 
 
+def argument_pattern(calls_args: list[list]) -> tuple[list, tuple[int, ...]]:
+    """(the distinct arguments of a run of calls, in the order `merge` gives its kernel's
+    parameters; the position among them of every argument of every call): runs of the same
+    kernels whose arguments repeat alike merge into the same kernel."""
+    args, pattern = [], []
+    for call_args in calls_args:
+        for arg in call_args:
+            index = _index(args, arg)
+            if index is None:
+                index = len(args)
+                args.append(arg)
+            pattern.append(index)
+    return args, tuple(pattern)
+
+
 def _unified(func: tirx.PrimFunc, call_args: list, args: list, params: list) -> tirx.PrimFunc:
     """`func` with its shape variables replaced by the merged kernel's where it shares an
     argument with an earlier kernel of the launch."""
