@@ -1,6 +1,7 @@
 """conv2d_nhwc_ohwi and dense_kn against stock TVM, PyTorch channels-last conv and numpy matmul.
 
     python benchmarks/bench_kernels.py [--rounds 3] [--repeat 20] [--only TEXT] [--no-stock-tvm]
+                                       [--mcpu haswell]
 
 prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median time of each
 contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per
@@ -9,6 +10,8 @@ threads (ACCEL_BENCH_THREADS, default every core); the contenders take turns sha
 every shape in each of `--rounds` rounds, and each gets the median of its rounds' medians. accel's kernels run as
 `accel_target.build` gives them (accel's thread pool), stock TVM's as `tvm.compile(mod,
 "llvm")` does, in a process that never imports accel_target (TVM's pool as TVM sets it up).
+`--mcpu haswell` gives AVX2 figures on an AVX-512 host: accel and stock TVM built for it, PyTorch
+and numpy held to AVX2 by their own switches (results/avx2/kernels.md).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ CASES = (
 # contender -> the kinds of case it runs; stock TVM takes a few runs per turn (tens of ms each)
 CONTENDERS = {"accel": ("conv", "dense"), "stock_tvm": ("conv", "dense"), "torch": ("conv",), "numpy": ("dense",)}
 STOCK_REPEAT = 2
+# numpy's OpenBLAS on its AVX2 kernels (what it picks on a Haswell)
+NUMPY_AVX2_ENV = {"OPENBLAS_CORETYPE": "Haswell"}
 
 
 def _arrays(kind: str, args) -> tuple[np.ndarray, np.ndarray]:
@@ -118,25 +123,26 @@ def _module(kind: str, args):
 # --- runners, made in each contender's timing process ---------------------------------
 
 
-def accel_runner(kind: str, args):
+def accel_runner(kind: str, args, mcpu: str | None = None):
     import accel_target
     from accel_target.timing import vm_runner
 
     mod, x = _module(kind, args)
-    return vm_runner(accel_target.build(mod), [x])
+    return vm_runner(accel_target.build(mod, target={"tag": "accel", "mcpu": mcpu} if mcpu else "accel"), [x])
 
 
-def stock_tvm_runner(kind: str, args):
+def stock_tvm_runner(kind: str, args, mcpu: str | None = None):
     import tvm
     from tvm import relax
 
     mod, x = _module(kind, args)  # (TVM alone: importing accel_target would set TVM's pool knobs)
-    main = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"]
+    target = {"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm"
+    main = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())["main"]
     data = tvm.runtime.tensor(x)
     return lambda: main(data)
 
 
-def torch_runner(kind: str, args):
+def torch_runner(kind: str, args, mcpu: str | None = None):  # (held to AVX2 by its process's environment)
     import torch
 
     x, w = _arrays(kind, args)
@@ -151,7 +157,7 @@ def torch_runner(kind: str, args):
     return run
 
 
-def numpy_runner(kind: str, args):
+def numpy_runner(kind: str, args, mcpu: str | None = None):  # (likewise)
     x, w = _arrays(kind, args)
     return lambda: x @ w
 
@@ -230,6 +236,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per turn (default 20)")
     parser.add_argument("--only", default="", help="shapes whose name contains this text (default: all)")
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (the slowest contender)")
+    parser.add_argument(
+        "--mcpu",
+        help="build accel and stock TVM for this LLVM CPU; haswell holds PyTorch (oneDNN, ATen, MKL) and numpy "
+        "(OpenBLAS) to AVX2 too: AVX2 figures on an AVX-512 host",
+    )
     args = parser.parse_args()
 
     sys.path.insert(0, HERE)
@@ -243,7 +254,9 @@ def main() -> int:
 
     threads = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
     contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
-    processes = {name: TimingProcess(name, threads, path=[HERE]) for name in contenders}
+    avx2 = args.mcpu is not None and isa({"tag": "accel", "mcpu": args.mcpu}) == "avx2"
+    env = {"torch": cpuid_cap.AVX2_ENV, "numpy": NUMPY_AVX2_ENV} if avx2 else {}
+    processes = {name: TimingProcess(name, threads, [HERE], env.get(name)) for name in contenders}
     cases = [(group, kind, case) for group, kind, case in CASES if args.only in group]
     times: dict[str, dict[str, list[float]]] = {group: {} for group, _, _ in cases}
     try:
@@ -252,7 +265,8 @@ def main() -> int:
         for turn in range(args.rounds):
             for group, kind, case in cases:
                 for name in (n for n, kinds in contenders.items() if kind in kinds):
-                    spec = {"kind": "call", "function": f"bench_kernels:{name}_runner", "args": [kind, list(case)]}
+                    runner = f"bench_kernels:{name}_runner"
+                    spec = {"kind": "call", "function": runner, "args": [kind, list(case), args.mcpu]}
                     repeat = STOCK_REPEAT if name == "stock_tvm" else args.repeat
                     times[group].setdefault(name, []).append(processes[name].median_ms(spec, repeat))
                 cells = ", ".join(f"{n} {t[-1]:.3f}" for n, t in times[group].items())
@@ -269,11 +283,14 @@ def main() -> int:
         f"CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
         f"numpy {np.__version__}{cpuid_cap.note()}"
     )
+    if args.mcpu:
+        header += f"; accel and stock TVM built for mcpu={args.mcpu}"
+        header += "; PyTorch and numpy held to AVX2 by their own switches" if avx2 else ""
     text = f"{header}\n\n{ratio_table(groups)}\n\n'vs X' = X's median time / accel's (above 1: accel is faster)\n"
     print(text)
     if args.only:  # a subset does not replace the tables
         return 0
-    results = os.path.join(HERE, "results", isa())
+    results = os.path.join(HERE, "results", isa({"tag": "accel", "mcpu": args.mcpu} if args.mcpu else "accel"))
     os.makedirs(results, exist_ok=True)
     with open(os.path.join(results, "kernels.md"), "w", encoding="utf-8") as f:
         f.write(f"# kernels\n\n{text}")
