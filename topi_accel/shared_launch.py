@@ -208,14 +208,15 @@ def _unified(func: tirx.PrimFunc, call_args: list, args: list, params: list) -> 
 def merge(members: list[tuple[Joining, list]]) -> tuple[tirx.PrimFunc, list]:
     """One kernel for the kernels (`joining`, arguments of the call) called in this order:
     (the kernel, the arguments to call it with). Arguments are told apart by `same_as`."""
-    args, params, before, inside, imports = [], [], [], [], []
+    args, pattern = argument_pattern([call_args for _, call_args in members])
+    positions = iter(pattern)
+    params, before, inside, imports = [], [], [], []
     for kernel, call_args in members:
-        part = _parts(_unified(s_tir.renew_defs(kernel.lowered), call_args, args, params))
-        for param, arg in zip(part.params, call_args, strict=True):
-            index = _index(args, arg)
-            if index is None:
-                index = len(args)
-                args.append(arg)
+        # (the arguments of the kernels before this one: those that have parameters already)
+        part = _parts(_unified(s_tir.renew_defs(kernel.lowered), call_args, args[: len(params)], params))
+        for param, _ in zip(part.params, call_args, strict=True):
+            index = next(positions)
+            if index == len(params):  # an argument's first use
                 params.append(tirx.Var(f"arg{index}", param.ty))
             inside.append(tirx.DeclBuffer(param, data=params[index].data))
         before += part.before
