@@ -64,7 +64,6 @@ ELEMENTWISE = {
     "relax.astype",
 }
 WINDOWED = {"relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
-LAYOUT_OPS = {"relax.permute_dims", "relax.layout_transform"}
 
 
 def _tensor(expr) -> tuple[list[int], str] | None:
@@ -161,7 +160,7 @@ def plan(func: relax.Function) -> tuple[relax.Var, list[relax.VarBinding], relax
     start, first = func.params[0], 0
     while (
         first < len(bindings)
-        and _op_name(bindings[first].value) in LAYOUT_OPS
+        and _op_name(bindings[first].value) == "relax.permute_dims"
         and bindings[first].value.args[0].same_as(start)
         and last_read.get(start) == first
         and per_sample(bindings[first].value, {start}, batch)
