@@ -124,11 +124,14 @@ def _module(kind: str, args):
 
 
 def accel_runner(kind: str, args, mcpu: str | None = None):
+    import tvm
+
     import accel_target
     from accel_target.timing import vm_runner
 
     mod, x = _module(kind, args)
-    return vm_runner(accel_target.build(mod, target={"tag": "accel", "mcpu": mcpu} if mcpu else "accel"), [x])
+    target = tvm.target.Target({"tag": "accel", "mcpu": mcpu} if mcpu else "accel")
+    return vm_runner(accel_target.build(mod, target=target), [x])
 
 
 def stock_tvm_runner(kind: str, args, mcpu: str | None = None):
@@ -136,7 +139,7 @@ def stock_tvm_runner(kind: str, args, mcpu: str | None = None):
     from tvm import relax
 
     mod, x = _module(kind, args)  # (TVM alone: importing accel_target would set TVM's pool knobs)
-    target = {"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm"
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
     main = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())["main"]
     data = tvm.runtime.tensor(x)
     return lambda: main(data)
