@@ -50,6 +50,17 @@ def test_dense_config_takes_three_vectors_where_they_divide_n(isa, lanes):
         assert topi_accel.dense_config(128, lanes).n_block == lanes
 
 
+@pytest.mark.parametrize("isa, lanes, columns_of_1000", [("avx512", 16, 64), ("avx2", 8, 40), ("sse", 4, 20)])
+def test_a_single_row_takes_four_to_eight_vectors(isa, lanes, columns_of_1000):
+    """A GEMV's tile: the most of 8 to 4 vectors that divide N (its accumulators are its only
+    chains of FMAs), else 4 (N = 1000 with AVX-512: 64 columns, padded); fewer columns than 4
+    vectors as for more rows."""
+    with tvm.target.Target(ISAS[isa]):
+        assert topi_accel.dense_config(1, 3072).n_block == 8 * lanes
+        assert topi_accel.dense_config(1, 1000).n_block == columns_of_1000
+        assert topi_accel.dense_config(1, 10).n_block == topi_accel.dense_config(128, 10).n_block
+
+
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
 def test_dense_kn_keeps_leading_axes(rows):
     """data [*rows, K] -> [*rows, N] when the row tile divides the last row axis."""
