@@ -34,8 +34,11 @@ import subprocess
 import sys
 import time
 
-# Seconds between two contenders' turns: the thread pools of the one before stop spinning.
-PAUSE_S = 0.05
+# Seconds between two contenders' turns, so that the threads of the one before have stopped
+# spinning: TVM's pool spins for up to 300000 yields after a call (TVM_THREAD_POOL_SPIN_COUNT),
+# OpenBLAS's threads 2^28 cycles (~0.1 s). With 0.05 s, a 3 ms product in bench_kernels took
+# 5.4 ms in some turns, right after numpy's.
+PAUSE_S = 0.5
 WARMUP_S = 0.2
 
 

@@ -10,8 +10,11 @@ times, median of per-call times in ms: the accel call alone and right after a nu
 and the numpy matmul alone and right after an accel call; and, as a control, the accel call
 right after a single-threaded copy of 32 MB ("cache flush"), which evicts the model's
 data from the caches but leaves no thread behind: what the accel call loses after numpy
-or PyTorch beyond that is the thread pools'. Every block of calls starts after a 0.3 s
-pause, so that no library's threads are still spinning from the last one.
+or PyTorch beyond that is the thread pools'. The other libraries get two controls of their
+own: right after the cache flush, and right after a pause as long as the accel call ("idle"),
+in which their own threads go to sleep as they do while accel runs: what they lose after an
+accel call beyond those is accel's. Every block of calls starts after a 0.3 s pause, so that
+no library's threads are still spinning from the last one.
 Prints one JSON line per process and a table of the ratios "after / alone".
 """
 
@@ -115,8 +118,11 @@ def measure(directory: str, rounds: int) -> dict:
             block(f"{name} after cache flush", cache_flush, call)
             block(f"{name} after numpy mm", numpy_mm, call)
             block(f"{name} after torch conv", torch_conv, call)
+            pause = float(np.median(times[f"{name} alone"][-12:])) / 1e3
             for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
                 block(f"{other} alone", None, f)
+                block(f"{other} after cache flush", cache_flush, f)
+                block(f"{other} after idle as long as {name}", lambda pause=pause: time.sleep(pause), f)
                 block(f"{other} after {name}", call, f)
     return {key: float(np.median(values)) for key, values in times.items()}
 
@@ -128,7 +134,9 @@ def table(results: dict[str, list[dict]]) -> str:
     pairs = []
     for name in MODELS:
         pairs += [(f"{name} after {before}", f"{name} alone") for before in ("cache flush", "numpy mm", "torch conv")]
-        pairs += [(f"{other} after {name}", f"{other} alone") for other in ("numpy gemv", "torch conv", "numpy mm")]
+        for other in ("numpy gemv", "torch conv", "numpy mm"):
+            befores = ("cache flush", f"idle as long as {name}", name)
+            pairs += [(f"{other} after {before}", f"{other} alone") for before in befores]
     lines = ["| after / alone | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
     for after, alone in pairs:
         cells = []

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = ("models.md", "kernels.md")
+RESULTS = ("models.md", "models_batch8.md", "kernels.md")
 ISAS = {"avx512": "AVX-512", "avx2": "AVX2", "sse": "SSE (no AVX)"}
 # README sections that this script fills: marker -> the files of benchmarks/results/<isa> they show
 SECTIONS = {"results": RESULTS, "zoo": ("zoo.md",)}
