@@ -18,7 +18,7 @@ from topi_accel.knobs import vector_bits
 from .deploy import save
 from .pipeline import build
 from .target import machine, num_threads
-from .timing import median_ms, onnxruntime_runner, save_inputs, take_turns, vm_runner
+from .timing import median_ms, onnxruntime_runner, save_inputs, speedups, take_turns, vm_runner
 
 __all__ = ["compare", "isa", "max_rel_error", "median_ms", "median_of_medians", "onnxruntime_runner", "vm_runner"]
 # the widest vectors of a target, by the name its benchmark results are kept under
@@ -48,8 +48,9 @@ ROUNDS = 3
 
 
 def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat: int, progress=lambda m: None) -> dict:
-    """Median ms of accel and each contender on random inputs of the model's signature: each
-    runtime in a process of its own, taking turns ROUNDS times (median of the rounds' medians)."""
+    """Median ms of accel and each contender on random inputs of the model's signature, and
+    accel's speed-up over each: each runtime in a process of its own, taking turns ROUNDS times
+    (median of the rounds' medians; speed-up: median of the rounds' ratios, `timing.speedups`)."""
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         raise ValueError(f"unknown contender(s) {unknown}; supported: {', '.join(CONTENDERS)}")
@@ -81,10 +82,10 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
                 progress(f"skipping {name}: it cannot run {os.path.basename(path)}")
         progress(f"timing {', '.join(specs)}: each in a process of its own, {ROUNDS} rounds of turns")
         rounds = take_turns(specs, threads, repeats, ROUNDS)
-    results = [{"runtime": name, "ms": float(np.median(times))} for name, times in rounds.items()]
-    accel_ms = results[0]["ms"]
-    for r in results:
-        r["accel_speedup"] = r["ms"] / accel_ms
+    ups = speedups(rounds)
+    results = [
+        {"runtime": name, "ms": float(np.median(times)), "accel_speedup": ups[name]} for name, times in rounds.items()
+    ]
     return {
         "model": os.path.basename(path),
         "threads": threads,

@@ -22,7 +22,7 @@ from .deploy import save
 from .frontend import from_torch
 from .pipeline import build, report
 from .target import num_threads
-from .timing import save_inputs, take_turns
+from .timing import save_inputs, speedups, take_turns
 
 # turns each contender takes, and runs per turn (stock TVM: a few, at ~0.1 s each)
 ROUNDS, REPEAT, STOCK_REPEAT = 3, 20, 3
@@ -98,10 +98,11 @@ def run(out=sys.stdout) -> int:
         repeats = {"accel": REPEAT, "stock TVM": STOCK_REPEAT, "PyTorch": REPEAT}
         times = take_turns(specs, threads, repeats, ROUNDS)
     t_accel, t_stock, t_torch = (float(np.median(times[name])) for name in specs)
+    ups = speedups(times)
     print(
         f"speed, {threads} threads each, each in a process of its own: "
-        f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({t_stock / t_accel:.0f}x slower) | "
-        f"PyTorch {t_torch:.2f} ms ({t_torch / t_accel:.2f}x accel's time)",
+        f"accel {t_accel:.2f} ms | stock TVM {t_stock:.1f} ms ({ups['stock TVM']:.0f}x slower) | "
+        f"PyTorch {t_torch:.2f} ms ({ups['PyTorch']:.2f}x accel's time)",
         file=out,
     )
     return 0 if ok else 1

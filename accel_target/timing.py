@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -234,6 +235,14 @@ def take_turns(
     finally:
         for process in processes.values():
             process.close()
+
+
+def speedups(rounds: dict[str, list[float]], base: str = "accel") -> dict[str, float]:
+    """{contender: median over rounds of its time / `base`'s in the same round} for
+    `take_turns`' result: two turns back to back meet the same state of the machine, so a slow
+    spell that spoils one contender's turn spoils one round's ratio, which the median drops."""
+    ours = rounds[base]
+    return {name: statistics.median(t / b for t, b in zip(times, ours)) for name, times in rounds.items()}
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median t
 contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per
 family. Every contender runs in a process of its own (accel_target.timing) with the same
 threads (ACCEL_BENCH_THREADS, default every core); the contenders take turns shape by shape,
-every shape in each of `--rounds` rounds, and each gets the median of its rounds' medians. accel's kernels run as
+every shape in each of `--rounds` rounds. A time is the median of a contender's rounds' medians;
+a speed-up is the median of the rounds' speed-ups (each from two turns back to back, so a slow spell
+of this shared machine that spoils one contender's turn spoils one round's ratio). accel's kernels run as
 `accel_target.build` gives them (accel's thread pool), stock TVM's as `tvm.compile(mod,
 "llvm")` does, in a process that never imports accel_target (TVM's pool as TVM sets it up).
 `--mcpu haswell` gives AVX2 figures on an AVX-512 host: accel and stock TVM built for it, PyTorch
@@ -168,10 +170,10 @@ def numpy_runner(kind: str, args, mcpu: str | None = None):  # (likewise)
 # --- the table -------------------------------------------------------------------------
 
 
-def ratio_table(groups: dict[str, dict[str, float]]) -> str:
-    """Markdown: one row per shape, median ms of each contender, accel's speed-up over each;
-    then the geometric mean of the speed-ups per family."""
-    names = [n for n in CONTENDERS if n != "accel" and any(n in g for g in groups.values())]
+def ratio_table(times: dict[str, dict[str, list[float]]], ups: dict[str, dict[str, float]]) -> str:
+    """Markdown: one row per shape, median ms of each contender (`times`: each round's), accel's
+    speed-up over each (`ups`); then the geometric mean of the speed-ups per family."""
+    names = [n for n in CONTENDERS if n != "accel" and any(n in g for g in times.values())]
     lines = [
         "| shape | accel ms | "
         + " | ".join(f"{n} ms" for n in names)
@@ -180,20 +182,19 @@ def ratio_table(groups: dict[str, dict[str, float]]) -> str:
         + " |",
         "|---" * (2 + 2 * len(names)) + "|",
     ]
-    for group, times in groups.items():
-        accel = times["accel"]
-        cells = [f"{times[n]:.3f}" if n in times else "" for n in names]
-        ratios = [f"{times[n] / accel:.2f}x" if n in times else "" for n in names]
-        lines.append(f"| {group} | {accel:.3f} | " + " | ".join(cells + ratios) + " |")
+    for group, rounds in times.items():
+        cells = [f"{np.median(rounds[n]):.3f}" if n in rounds else "" for n in names]
+        ratios = [f"{ups[group][n]:.2f}x" if n in rounds else "" for n in names]
+        lines.append(f"| {group} | {np.median(rounds['accel']):.3f} | " + " | ".join(cells + ratios) + " |")
     lines += [
         "",
         "| family | shapes | " + " | ".join(f"geomean vs {n}" for n in names) + " |",
         "|---" * (2 + len(names)) + "|",
     ]
-    for family, members in families(groups).items():
+    for family, members in families(ups).items():
         means = []
         for n in names:
-            ratios = [t[n] / t["accel"] for t in members if n in t]
+            ratios = [member[n] for member in members if n in member]
             means.append(f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x" if ratios else "")
         lines.append(f"| {family} | {len(members)} | " + " | ".join(means) + " |")
     return "\n".join(lines)
@@ -219,7 +220,7 @@ def plot_speedups(groups: dict[str, dict[str, float]], path: str, title: str) ->
     fig, ax = plt.subplots(figsize=(max(9, 0.3 * len(groups)), 4.5))
     width = 0.8 / len(others)
     for i, other in enumerate(others):
-        ratios = [g[other] / g["accel"] if other in g else float("nan") for g in groups.values()]
+        ratios = [g.get(other, float("nan")) for g in groups.values()]
         ax.bar([x + i * width for x in range(len(groups))], ratios, width, label=f"vs {other}")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
@@ -253,7 +254,7 @@ def main() -> int:
 
     import accel_target
     from accel_target.benchmark import isa
-    from accel_target.timing import TimingProcess
+    from accel_target.timing import TimingProcess, speedups
 
     threads = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
     contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
@@ -277,19 +278,18 @@ def main() -> int:
     finally:
         for process in processes.values():
             process.close()
-    groups = {group: {n: float(np.median(t)) for n, t in by.items()} for group, by in times.items()}
-
+    ups = {group: speedups(rounds) for group, rounds in times.items()}
     header = (
         f"{threads} threads for every contender, each in a process of its own, taking turns shape by shape, "
         f"every shape in every round: median of {args.rounds} rounds' medians of {args.repeat} runs "
-        f"({STOCK_REPEAT} for stock TVM); "
+        f"({STOCK_REPEAT} for stock TVM), speed-ups the median of the rounds' speed-ups; "
         f"CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
         f"numpy {np.__version__}{cpuid_cap.note()}"
     )
     if args.mcpu:
         header += f"; accel and stock TVM built for mcpu={args.mcpu}"
         header += "; PyTorch and numpy held to AVX2 by their own switches" if avx2 else ""
-    text = f"{header}\n\n{ratio_table(groups)}\n\n'vs X' = X's median time / accel's (above 1: accel is faster)\n"
+    text = f"{header}\n\n{ratio_table(times, ups)}\n\n'vs X' = X's time / accel's in the same round, median over rounds (above 1: accel is faster)\n"
     print(text)
     if args.only:  # a subset does not replace the tables
         return 0
@@ -297,7 +297,7 @@ def main() -> int:
     os.makedirs(results, exist_ok=True)
     with open(os.path.join(results, "kernels.md"), "w", encoding="utf-8") as f:
         f.write(f"# kernels\n\n{text}")
-    plot_speedups(groups, os.path.join(results, "kernels.png"), header)
+    plot_speedups(ups, os.path.join(results, "kernels.png"), header)
     return 0
 
 

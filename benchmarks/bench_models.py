@@ -47,7 +47,7 @@ from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target.benchmark import isa, max_rel_error, vm_runner  # noqa: E402
-from accel_target.timing import save_inputs, take_turns  # noqa: E402
+from accel_target.timing import save_inputs, speedups, take_turns  # noqa: E402
 
 ROUNDS = 10
 
@@ -88,10 +88,11 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: in
         }
         # each contender in a process of its own, taking turns ROUNDS times, so that a noisy
         # spell on this shared machine falls on all of them alike; each gets the median of its
-        # rounds' medians
+        # rounds' medians, accel's speed-up over it the median of the rounds' speed-ups
         env = {"PyTorch": cpuid_cap.AVX2_ENV} if mcpu and isa(target) == "avx2" else None
         rounds = take_turns(specs, threads, repeat, ROUNDS, path=[HERE], env=env)
         row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
+        row["speed-ups"] = speedups(rounds)
         # memory of both deployments: weights beside the library, and inside it
         separate = accel_target.build(mod, target=target, weights="separate")
         row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
@@ -101,6 +102,7 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: in
             tvm.compile(mod, target=stock_target).export_library(os.path.join(tmp, "stock.so"))
             spec = {"kind": "tvm", "path": os.path.join(tmp, "stock.so"), "inputs": data}
             row["stock TVM"] = take_turns({"stock TVM": spec}, threads, 2, 1)["stock TVM"][0]
+            row["speed-ups"]["stock TVM"] = row["stock TVM"] / row["accel"]  # (not in the rounds)
     return row
 
 
@@ -181,7 +183,7 @@ def markdown(rows: list[dict], header: str) -> str:
     ]
     for r in rows:
         times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
-        ratios = " | ".join(f"{r[n] / r['accel']:.2f}x" if n in r else "" for n in names[1:])
+        ratios = " | ".join(f"{r['speed-ups'][n]:.2f}x" if n in r else "" for n in names[1:])
         (accel_peak, accel_run), (ort_peak, ort_run) = r["accel peak MB"], r["ONNX Runtime peak MB"]
         memory = f"{accel_peak:.0f} / {ort_peak:.0f} ({accel_run:.0f} / {ort_run:.0f})"
         embedded = "{:.0f} ({:.0f})".format(*r["accel embedded peak MB"])
@@ -191,7 +193,8 @@ def markdown(rows: list[dict], header: str) -> str:
         )
     lines += [
         "",
-        "'vs X' = X's median time / accel's (above 1: accel is faster). Peak MB: peak resident memory of a",
+        "'vs X' = X's time / accel's in the same round, median over rounds (above 1: accel is faster; stock TVM:",
+        "one turn, its median / accel's). Peak MB: peak resident memory of a",
         "fresh process that loads the model and runs it 5 times (accel: TVM's runtime library only, the library",
         'and its weights file from build(weights="separate"); last column: the library with the weights inside);',
         "in brackets, the peak while running (after loading).",
@@ -255,7 +258,8 @@ def main() -> None:
         f"{threads} threads for every contender; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, torch {torch.__version__}, "
         f"onnxruntime {onnxruntime.__version__}; batch {args.batch}, each contender in a process of its "
-        f"own, taking turns: median of {ROUNDS} rounds' medians of {args.repeat} runs"
+        f"own, taking turns: median of {ROUNDS} rounds' medians of {args.repeat} runs, speed-ups the "
+        f"median of the rounds' speed-ups"
     )
     header += cpuid_cap.note()
     if args.mcpu:

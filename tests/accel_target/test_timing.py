@@ -5,7 +5,7 @@ import pytest
 import tvm
 
 import accel_target
-from accel_target.timing import TimingProcess, save_inputs, take_turns
+from accel_target.timing import TimingProcess, save_inputs, speedups, take_turns
 from tests.helpers import conv2d_module
 
 
@@ -41,3 +41,12 @@ def test_accel_and_stock_libraries_time_in_their_processes(tmp_path):
     }
     times = take_turns(specs, threads=2, repeat=2, rounds=1)
     assert all(len(t) == 1 and t[0] > 0 for t in times.values()), times
+
+
+def test_a_speed_up_is_the_median_of_the_rounds_ratios():
+    # a run of bench_kernels (56x56x64->256, ms): a slow spell took accel's turn in round 1 and
+    # PyTorch's in round 2; the ratio of the medians (0.571 / 0.884) would say 0.65x
+    rounds = {"accel": [0.884, 0.910, 0.533], "torch": [0.571, 1.098, 0.550]}
+    ups = speedups(rounds)
+    assert ups["accel"] == 1.0
+    assert ups["torch"] == pytest.approx(0.550 / 0.533)
