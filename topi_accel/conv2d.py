@@ -26,7 +26,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -176,13 +176,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         # (three vectors where they divide the channels, 96 -> 48, else two, 64 -> 32)
         oc_block = knobs.column_block(geo.out_c)
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
-        columns = largest_divisor(geo.out_w, knobs.accumulators)
-        if geo.out_w % ow_block and columns >= MIN_DIVISOR_COLUMNS:
-            # the tile grid would compute padded columns in every output row (AVX2's 6
-            # columns of two vectors on ResNet-50's 14- and 7-wide outputs: 18 and 12 columns
-            # computed): a divisor of the width wide, as many vectors as the budget leaves.
-            # AVX2, 2 threads: 14x14x1024->256 713 -> 651 us, 7x7x512->2048 821 -> 636
-            ow_block, oc_block = columns, knobs.lanes * max(1, knobs.accumulators // columns)
+        if geo.out_w % ow_block:
+            ow_block, oc_block = _uneven_width_tile(geo.out_w, oc_block, knobs)
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
@@ -200,6 +195,30 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
     )
 
 
+def _uneven_width_tile(width: int, oc_block: int, knobs) -> tuple[int, int]:
+    """(columns, channels) of a dense conv's register tile for an output `width` that no
+    width of a full tile of `oc_block` channels divides: a divisor of the width as wide as the
+    accumulators allow, with the vectors they leave; but where that tile has fewer than
+    MIN_FMA_CHAINS accumulators, the full tile's width that pads the fewest columns, if they
+    are at most MAX_PADDED_FRACTION of the row.
+
+    Measured, 2 threads, Zen 4: AVX-512 keeps the divisor tile (13x13x384->384 1x1: 13 columns
+    of one vector 240 us, 7 of three 356; 17x17x768->192 393 / 469). With AVX2 the 14-wide rows
+    of ResNet-50 divide into 7 columns of one vector, which leaves the FMA latency uncovered: 5
+    columns of two (15 computed) take 14x14x1024->256 694 -> 599 us, 256->1024 576 -> 551, 3x3/2
+    28x28x256->256 1360 -> 1240 (6 of two, 18 computed, were slower than both); 7-wide rows keep
+    7 of one (4 of two or three pad 14%: 7x7x512->2048 564 against 581-607 us)."""
+    columns = largest_divisor(width, knobs.accumulators)
+    vectors = max(1, knobs.accumulators // columns)
+    cap = knobs.tile_rows(oc_block)
+    padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: ceil_div(width, c) * c)
+    if columns < MIN_DIVISOR_COLUMNS or (
+        columns * vectors < MIN_FMA_CHAINS and ceil_div(width, padded) * padded <= (1 + MAX_PADDED_FRACTION) * width
+    ):
+        return padded, oc_block
+    return columns, knobs.lanes * vectors
+
+
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
 # layers: sweeping every channel block per output row (channels inner) keeps the input
 # rows in cache and wins on large images while the whole kernel stays cached (up to
@@ -209,6 +228,11 @@ CHANNELS_INNER_MAX_KERNEL_BYTES = 640 * 1024
 # Narrowest divisor of the output width that a dense conv's register tile takes instead of a
 # wider tile that pads every row.
 MIN_DIVISOR_COLUMNS = 4
+# Accumulators a register tile needs to cover the FMA latency (two FMA pipes, 4 cycles), and the
+# padded columns, as a fraction of the output width, that a full tile may compute instead of a
+# tile that divides the width with fewer (_uneven_width_tile).
+MIN_FMA_CHAINS = 8
+MAX_PADDED_FRACTION = 0.1
 # Output columns of a depthwise conv's register tile, at most.
 DEPTHWISE_MAX_COLUMNS = 8
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).

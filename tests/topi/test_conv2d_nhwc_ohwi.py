@@ -110,10 +110,11 @@ def test_conv2d_config_heuristic(isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_conv2d_tile_columns_divide_the_output_width(isa):
-    """A conv's register tile computes no padded columns on ResNet-50's and MobileNetV2's
-    output widths: where the widest tile would not divide the width (AVX2's and SSE's 6
-    columns on 14 and 7), it takes a divisor of the width and fewer vectors of channels."""
+def test_conv2d_tile_columns_fit_the_output_width(isa):
+    """A conv's register tile fits ResNet-50's and MobileNetV2's output widths: it divides the
+    width (AVX2's and SSE's 6 columns of two vectors do not divide 14 or 7: 7 columns of one
+    vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
+    (7 on AVX2's 14-wide rows), a full tile pads at most a tenth of the row (5 columns: 15)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -121,8 +122,13 @@ def test_conv2d_tile_columns_divide_the_output_width(isa):
                 cfg = topi_accel.conv2d_config(
                     topi_accel.conv2d_geometry((1, width, width, 256), (512, k, k, 256), 1, k // 2)
                 )
-                assert width % cfg.ow_block == 0, (width, k, cfg)
-                assert cfg.ow_block * cfg.oc_block // knobs.lanes <= knobs.accumulators, (width, k, cfg)
+                accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
+                assert accumulators <= knobs.accumulators, (width, k, cfg)
+                if width % cfg.ow_block:
+                    padded = -(-width // cfg.ow_block) * cfg.ow_block
+                    assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
+                if isa == "avx2" and width == 14:
+                    assert (cfg.ow_block, cfg.oc_block) == (5, 16), (k, cfg)
         # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
         for width in (112, 56, 28, 14, 7):
             geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
