@@ -61,7 +61,7 @@ def test_conv2d_nhwc_ohwi(shape):
 
 # every ISA's tiles (those this host can run) and single-threaded kernels: the other schedule paths
 @pytest.mark.parametrize("target", [*isa_params(), {"tag": "accel", "num-cores": 1}], ids=str)
-@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[5], SHAPES[8], SHAPES[14]], ids=str)
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[5], SHAPES[8], SHAPES[14]], ids=str)
 def test_conv2d_nhwc_ohwi_target_variants(shape, target):
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
