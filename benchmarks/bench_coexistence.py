@@ -138,7 +138,7 @@ def table(results: dict[str, list[dict]]) -> str:
             befores = ("cache flush", f"idle as long as {name}", name)
             pairs += [(f"{other} after {before}", f"{other} alone") for before in befores]
     lines = ["| after / alone | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
-    for after, alone in pairs:
+    for after, alone in dict.fromkeys(pairs):  # (the cache flush rows of the other libraries: once)
         cells = []
         for runs in results.values():
             ratio = float(np.median([r[after] / r[alone] for r in runs]))
