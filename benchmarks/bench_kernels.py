@@ -289,7 +289,8 @@ def main() -> int:
     if args.mcpu:
         header += f"; accel and stock TVM built for mcpu={args.mcpu}"
         header += "; PyTorch and numpy held to AVX2 by their own switches" if avx2 else ""
-    text = f"{header}\n\n{ratio_table(times, ups)}\n\n'vs X' = X's time / accel's in the same round, median over rounds (above 1: accel is faster)\n"
+    legend = "'vs X' = X's time / accel's in the same round, median over rounds (above 1: accel is faster)"
+    text = f"{header}\n\n{ratio_table(times, ups)}\n\n{legend}\n"
     print(text)
     if args.only:  # a subset does not replace the tables
         return 0
