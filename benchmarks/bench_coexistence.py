@@ -1,11 +1,12 @@
 """An accel model sharing its process with numpy and PyTorch (issue 19), under thread-pool settings:
 TVM's pool (ACCEL_POOL=tvm) with TVM's knobs and with accel's, and accel's pool (accel_target.pool).
 
-    python benchmarks/bench_coexistence.py [--rounds 3] [--reps 2] [--dir /tmp/accel_coexistence]
+    python benchmarks/bench_coexistence.py [--rounds 3] [--reps 2] [--dir DIR]
 
-Builds two models once (conv -> conv -> pool -> linear; a 256x1024x1024 dense) into --dir,
-then runs one process per setting, the settings taking turns --reps times. A process
-times, median of per-call times in ms: the accel call alone and right after a numpy
+Builds two models (conv -> conv -> pool -> linear; a 256x1024x1024 dense) into a temporary
+directory, or into --dir once (a later run with the same --dir reuses them), then runs one
+process per setting, the settings taking turns --reps times. A process times, median
+of per-call times in ms: the accel call alone and right after a numpy
 512x512 matmul or a PyTorch conv; and a numpy GEMV (1024x1024, float64), the PyTorch conv
 and the numpy matmul alone and right after an accel call; and, as a control, the accel call
 right after a single-threaded copy of 32 MB ("cache flush"), which evicts the model's
@@ -21,10 +22,12 @@ Prints one JSON line per process and a table of the ratios "after / alone".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 SETTINGS = {
@@ -151,22 +154,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--dir", default="/tmp/accel_coexistence")
+    parser.add_argument("--dir", help="keep the built models here and reuse them (default: build afresh)")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.dir, args.rounds)))
         return
-    os.makedirs(args.dir, exist_ok=True)
-    if not all(os.path.isfile(os.path.join(args.dir, f"{n}.so.json")) for n in MODELS):
-        build(args.dir)
-    results: dict[str, list[dict]] = {name: [] for name in SETTINGS}
-    for _ in range(args.reps):
-        for name, env in SETTINGS.items():
-            cmd = [sys.executable, __file__, "--measure", "--dir", args.dir, "--rounds", str(args.rounds)]
-            out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
-            results[name].append(json.loads(out.strip().splitlines()[-1]))
-            print(name, out.strip().splitlines()[-1], flush=True)
+    with contextlib.ExitStack() as stack:
+        directory = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="accel_coexistence_"))
+        os.makedirs(directory, exist_ok=True)
+        if not all(os.path.isfile(os.path.join(directory, f"{n}.so.json")) for n in MODELS):
+            build(directory)
+        results: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+        for _ in range(args.reps):
+            for name, env in SETTINGS.items():
+                cmd = [sys.executable, __file__, "--measure", "--dir", directory, "--rounds", str(args.rounds)]
+                out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+                results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(name, out.stdout.strip().splitlines()[-1], flush=True)
     print(table(results))
 
 
