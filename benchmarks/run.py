@@ -37,7 +37,7 @@ def _tables(names: tuple[str, ...]) -> str:
         paths = [p for p in paths if os.path.isfile(p)]
         if not paths:
             continue
-        tables.append(f"### {title} host")
+        tables.append(f"### {title}")  # (AVX2 figures may come from an AVX-512 host: --mcpu haswell)
         for path in paths:
             with open(path, encoding="utf-8") as f:
                 tables.append(re.sub(r"^# ", "#### ", f.read().strip(), flags=re.MULTILINE))
