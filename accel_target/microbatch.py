@@ -30,6 +30,9 @@ from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from strategy.layout import static_shape
+
+from . import transforms
 from .transforms import _op_name
 
 # a batch's activation entering the leading part must be at least this big (bytes) for the split:
@@ -39,48 +42,25 @@ MIN_BATCH_BYTES = 4 * 2**20
 WEIGHTED = {"relax.nn.conv2d", "relax.nn.conv1d", "relax.matmul"}
 # ops that compute each sample of a batched operand from that sample alone (operands that are not
 # batched broadcast or are weights), given the checks of `per_sample`
-ELEMENTWISE = {
-    "relax.add",
-    "relax.subtract",
-    "relax.multiply",
-    "relax.divide",
-    "relax.maximum",
-    "relax.minimum",
-    "relax.power",
-    "relax.nn.relu",
-    "relax.nn.gelu",
-    "relax.nn.gelu_tanh",
-    "relax.nn.silu",
-    "relax.sigmoid",
-    "relax.tanh",
-    "relax.erf",
-    "relax.exp",
-    "relax.sqrt",
-    "relax.rsqrt",
-    "relax.negative",
-    "relax.clip",
-    "relax.round",
-    "relax.floor",
-    "relax.astype",
-}
+ELEMENTWISE = (
+    transforms.ELEMENTWISE
+    | transforms.BROADCASTING
+    | {
+        "relax.exp",
+        "relax.sqrt",
+        "relax.rsqrt",
+        "relax.negative",
+        "relax.clip",
+        "relax.round",
+        "relax.floor",
+        "relax.astype",
+    }
+)
 WINDOWED = {"relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 
 
-def _tensor(expr) -> tuple[list[int], str] | None:
-    """(static shape, dtype) of a tensor expression, None otherwise."""
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or shape is None:
-        return None
-    values = getattr(shape, "values", shape)
-    if not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values], str(ty.dtype)
-
-
 def _bytes(expr) -> int:
-    shape, dtype = _tensor(expr)
-    return math.prod(shape) * tvm.DataType(dtype).bits // 8
+    return math.prod(static_shape(expr)) * tvm.DataType(str(expr.ty.dtype)).bits // 8
 
 
 def _keeps_batch_axis(call: relax.Call) -> bool:
@@ -96,18 +76,18 @@ def per_sample(call: relax.Call, batched: set, batch: int) -> bool:
     """Whether `call` computes sample i of its result from sample i of its `batched` operands
     alone, its other operands constants that are not batched (weights, biases)."""
     name = _op_name(call)
-    out = _tensor(call)
-    if name is None or out is None or out[0][:1] != [batch]:
+    out = static_shape(call)
+    if name is None or out is None or out[:1] != [batch]:
         return False
     operands = list(call.args[0].fields) if name == "relax.concat" else list(call.args)
     for index, arg in enumerate(operands):
         if isinstance(arg, relax.Var):
-            if arg not in batched or _tensor(arg) is None or _tensor(arg)[0][:1] != [batch]:
+            if arg not in batched or (static_shape(arg) or [])[:1] != [batch]:
                 return False
         elif isinstance(arg, Constant):
-            shape = (_tensor(arg) or ([], ""))[0]
+            shape = static_shape(arg) or []
             weight = name in WEIGHTED and index == 1
-            if not weight and len(shape) == len(out[0]) and shape[:1] != [1]:
+            if not weight and len(shape) == len(out) and shape[:1] != [1]:
                 return False  # a constant with a batch of its own
         elif isinstance(getattr(arg, "ty", None), (relax.TensorType, relax.TupleType)):
             return False  # (shapes and other attribute-like operands pass)
@@ -118,13 +98,13 @@ def per_sample(call: relax.Call, batched: set, batch: int) -> bool:
     if name == "relax.permute_dims":
         return int(call.attrs.axes[0]) == 0 if call.attrs.axes is not None else False
     if name == "relax.matmul":
-        return isinstance(call.args[1], Constant) and len(_tensor(call.args[1])[0]) == 2
+        return isinstance(call.args[1], Constant) and len(static_shape(call.args[1])) == 2
     if name == "relax.concat":
-        return int(call.attrs.axis) % len(out[0]) != 0
+        return int(call.attrs.axis) % len(out) != 0
     if name in ("relax.mean", "relax.sum", "relax.max"):
-        return call.attrs.axis is not None and all(int(a) % len(_tensor(call.args[0])[0]) for a in call.attrs.axis)
+        return call.attrs.axis is not None and all(int(a) % len(static_shape(call.args[0])) for a in call.attrs.axis)
     if name == "relax.reshape":
-        return (_tensor(call.args[0]) or ([],))[0][:1] == [batch]
+        return (static_shape(call.args[0]) or [])[:1] == [batch]
     return False
 
 
@@ -137,25 +117,18 @@ def _bindings(func: relax.Function) -> list[relax.VarBinding] | None:
     return bindings if all(isinstance(b, relax.VarBinding) for b in bindings) else None
 
 
-def _reads(expr) -> list[relax.Var]:
-    found = []
-    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
-    return found
-
-
 def plan(func: relax.Function) -> tuple[relax.Var, list[relax.VarBinding], relax.Var] | None:
     """(the batched tensor to split, the bindings that run per sample, the tensor they end at)
     for `func`, or None when the split does not apply (see the module's docstring)."""
     bindings = _bindings(func)
-    if bindings is None or not func.params or _tensor(func.params[0]) is None:
+    shape = static_shape(func.params[0]) if bindings is not None and func.params else None
+    if not shape or shape[0] < 2:
         return None
-    batch = _tensor(func.params[0])[0][0]
-    if batch < 2:
-        return None
+    batch = shape[0]
     last_read = {}
     for index, binding in enumerate(bindings):
-        last_read.update(dict.fromkeys(_reads(binding.value), index))
-    last_read.update(dict.fromkeys(_reads(func.body.body), len(bindings)))
+        last_read.update(dict.fromkeys(relax.analysis.free_vars(binding.value), index))
+    last_read.update(dict.fromkeys(relax.analysis.free_vars(func.body.body), len(bindings)))
     # the split: after the layout transforms of the input, one transform of the whole batch
     start, first = func.params[0], 0
     while (
@@ -170,7 +143,7 @@ def plan(func: relax.Function) -> tuple[relax.Var, list[relax.VarBinding], relax
     batched, live, cuts, weights = {start}, {start}, [(first - 1, start, 0)], 0
     for index in range(first, len(bindings)):
         binding = bindings[index]
-        if not set(_reads(binding.value)) & batched or not per_sample(binding.value, batched, batch):
+        if not set(relax.analysis.free_vars(binding.value)) & batched or not per_sample(binding.value, batched, batch):
             break
         batched.add(binding.var)
         if _op_name(binding.value) in WEIGHTED and isinstance(binding.value.args[1], Constant):
@@ -221,7 +194,7 @@ class _Split(PyExprMutator):
             super().visit_var_binding_(binding)
 
     def _emit_samples(self) -> None:
-        batch = _tensor(self.start)[0][0]
+        batch = static_shape(self.start)[0]
         samples = self.builder_.emit(relax.op.split(self.visit_expr(self.start), batch, axis=0), "samples")
         results = []
         for i in range(batch):
@@ -236,7 +209,7 @@ class _Split(PyExprMutator):
 @tvm.transform.module_pass(opt_level=0, name="MicroBatch")
 def micro_batch(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """main's leading layers per sample where `plan` finds them worth it (see the module's docstring)."""
-    if "main" not in [g.name_hint for g in mod.functions] or not isinstance(mod["main"], relax.Function):
+    if "main" not in mod or not isinstance(mod["main"], relax.Function):
         return mod
     found = plan(mod["main"])
     if found is None:

@@ -674,13 +674,16 @@ class _ConstantSharer(PyExprMutator):
     def __init__(self, mod=None):
         super().__init__(mod)
         self.first: dict = {}  # (dtype, shape, digest of the bytes) -> the first such constant
+        self.shared: dict = {}  # a constant seen before -> the one it became (hashed once)
 
     def visit_generic_const_(self, const):
         if not isinstance(const.value, tvm.runtime.Tensor):
             return const
-        array = const.value.numpy()
-        key = (str(array.dtype), array.shape, hashlib.blake2b(np.ascontiguousarray(array).data).digest())
-        return self.first.setdefault(key, const)
+        if const not in self.shared:
+            array = const.value.numpy()
+            key = (str(array.dtype), array.shape, hashlib.blake2b(np.ascontiguousarray(array).data).digest())
+            self.shared[const] = self.first.setdefault(key, const)
+        return self.shared[const]
 
 
 @tvm.transform.module_pass(opt_level=0, name="ShareConstants")

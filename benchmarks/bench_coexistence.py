@@ -41,6 +41,7 @@ SETTINGS = {
     "accel's + passive OpenMP/OpenBLAS": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"},
 }
 MODELS = ("ccpl", "dense")
+CALLS = 12  # timed calls in a block
 
 
 def build(directory: str) -> None:
@@ -98,9 +99,9 @@ def measure(directory: str, rounds: int) -> dict:
 
     times: dict[str, list[float]] = {}
 
-    def block(key, before, timed, calls=12):
+    def block(key, before, timed):
         time.sleep(0.3)
-        for _ in range(calls):
+        for _ in range(CALLS):
             if before is not None:
                 before()
             start = time.perf_counter()
@@ -121,7 +122,7 @@ def measure(directory: str, rounds: int) -> dict:
             block(f"{name} after cache flush", cache_flush, call)
             block(f"{name} after numpy mm", numpy_mm, call)
             block(f"{name} after torch conv", torch_conv, call)
-            pause = float(np.median(times[f"{name} alone"][-12:])) / 1e3
+            pause = float(np.median(times[f"{name} alone"][-CALLS:])) / 1e3
             for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
                 block(f"{other} alone", None, f)
                 block(f"{other} after cache flush", cache_flush, f)
@@ -170,8 +171,9 @@ def main() -> None:
             for name, env in SETTINGS.items():
                 cmd = [sys.executable, __file__, "--measure", "--dir", directory, "--rounds", str(args.rounds)]
                 out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
-                results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-                print(name, out.stdout.strip().splitlines()[-1], flush=True)
+                last = out.stdout.strip().splitlines()[-1]
+                results[name].append(json.loads(last))
+                print(name, last, flush=True)
     print(table(results))
 
 

@@ -94,9 +94,10 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: in
         row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
         row["speed-ups"] = speedups(rounds)
         # memory of both deployments: weights beside the library, and inside it
-        separate = accel_target.build(mod, target=target, weights="separate")
+        paths["separate"] = os.path.join(tmp, f"{name}_separate.so")
+        accel_target.save(accel_target.build(mod, target=target, weights="separate"), paths["separate"])
         row["accel peak MB"], row["accel embedded peak MB"], row["ONNX Runtime peak MB"] = peak_memory(
-            [separate, executable], paths["onnx"], x.numpy(), threads, tmp
+            [paths["separate"], paths["so"]], paths["onnx"], x.numpy(), threads, tmp
         )
         if stock_tvm:
             tvm.compile(mod, target=stock_target).export_library(os.path.join(tmp, "stock.so"))
@@ -145,17 +146,13 @@ _MEMORY_SCRIPTS = {
 _DEPLOYED = {"accel": {"TVM_USE_RUNTIME_LIB": "1"}, "onnxruntime": {}}
 
 
-def peak_memory(executables: list, path_onnx: str, x: np.ndarray, threads: int, tmp: str) -> list[tuple[float, float]]:
+def peak_memory(libraries: list, path_onnx: str, x: np.ndarray, threads: int, tmp: str) -> list[tuple[float, float]]:
     """(peak RSS of the whole process, peak RSS while running) in MB of a fresh process that
-    loads and runs the model: each accel executable saved by accel_target.save, then ONNX Runtime."""
+    loads and runs the model: each accel library written by accel_target.save, then ONNX Runtime."""
     data = os.path.join(tmp, "x.npy")
     np.save(data, x)
-    runs = []
-    for i, executable in enumerate(executables):
-        runs.append(("accel", os.path.join(tmp, f"model{i}.so")))
-        accel_target.save(executable, runs[-1][1])
     peaks = []
-    for runtime, model_path in runs + [("onnxruntime", path_onnx)]:
+    for runtime, model_path in [("accel", path) for path in libraries] + [("onnxruntime", path_onnx)]:
         env = dict(os.environ, TVM_NUM_THREADS=str(threads), **_DEPLOYED[runtime])
         out = subprocess.run(
             [sys.executable, "-c", _MEMORY_SCRIPTS[runtime], model_path, data, str(threads)],

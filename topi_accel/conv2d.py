@@ -26,7 +26,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -211,9 +211,9 @@ def _uneven_width_tile(width: int, oc_block: int, knobs) -> tuple[int, int]:
     columns = largest_divisor(width, knobs.accumulators)
     vectors = max(1, knobs.accumulators // columns)
     cap = knobs.tile_rows(oc_block)
-    padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: ceil_div(width, c) * c)
+    padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: round_up(width, c))
     if columns < MIN_DIVISOR_COLUMNS or (
-        columns * vectors < MIN_FMA_CHAINS and ceil_div(width, padded) * padded <= (1 + MAX_PADDED_FRACTION) * width
+        columns * vectors < MIN_FMA_CHAINS and round_up(width, padded) <= (1 + MAX_PADDED_FRACTION) * width
     ):
         return padded, oc_block
     return columns, knobs.lanes * vectors
