@@ -35,10 +35,10 @@ import subprocess
 import sys
 import time
 
-# Seconds between two contenders' turns, so that the threads of the one before have stopped
-# spinning: TVM's pool spins for up to 300000 yields after a call (TVM_THREAD_POOL_SPIN_COUNT),
-# OpenBLAS's threads 2^28 cycles (~0.1 s). With 0.05 s, a 3 ms product in bench_kernels took
-# 5.4 ms in some turns, right after numpy's.
+# Seconds a TimingProcess waits after each turn, so that the threads of its runtime have stopped
+# spinning before the next turn, whoever's: TVM's pool spins for up to 300000 yields after a
+# call (TVM_THREAD_POOL_SPIN_COUNT), OpenBLAS's threads 2^28 cycles (~0.1 s). With 0.05 s, a
+# 3 ms product in bench_kernels took 5.4 ms in some turns, right after numpy's.
 PAUSE_S = 0.5
 WARMUP_S = 0.2
 
@@ -192,7 +192,8 @@ class TimingProcess:
         )
 
     def median_ms(self, spec: dict, repeat: int) -> float:
-        """Median ms of `repeat` runs of `spec` in this process (built on first use)."""
+        """Median ms of `repeat` runs of `spec` in this process (built on first use); returns
+        PAUSE_S after the runs."""
         self.process.stdin.write(json.dumps({"runner": spec, "repeat": repeat}) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
@@ -201,6 +202,7 @@ class TimingProcess:
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"timing {self.name}: {answer['error']}")
+        time.sleep(PAUSE_S)
         return answer["ms"]
 
     def close(self) -> None:
@@ -230,7 +232,6 @@ def take_turns(
         for _ in range(rounds):
             for name, spec in specs.items():
                 times[name].append(processes[name].median_ms(spec, repeats[name]))
-                time.sleep(PAUSE_S)
         return times
     finally:
         for process in processes.values():
