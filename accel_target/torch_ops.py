@@ -16,6 +16,8 @@ table, PyTorch-computed constants for what depends on no input, and converters.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/torch_quant.py),
   never folded: they stay for accel_target.quantize.
+- Every ``take`` the importer emits bounded (accel_target/indexing.py): PyTorch's negative
+  indices count from the end, and no index reads outside its tensor.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tvm import relax
 
 from strategy.layout import constant_array, same_dims, tensor_shape
 
+from .indexing import bounded_takes
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
@@ -267,4 +270,4 @@ def import_program(program, *, keep_params_as_input: bool = False):
     program = program.run_decompositions(decompositions())
     importer = ExportedProgramImporter()
     custom = convert_map(importer, input_independent_values(program))
-    return importer.from_exported_program(program, keep_params_as_input, True, False, custom)
+    return bounded_takes(importer.from_exported_program(program, keep_params_as_input, True, False, custom))

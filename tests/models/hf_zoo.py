@@ -227,6 +227,17 @@ def levit():
     )
 
 
+def mobilenet_v1():
+    return _classifier("MobileNetV1Config", "MobileNetV1ForImageClassification", depth_multiplier=0.25, image_size=SIZE)
+
+
+def timesformer():
+    """Video (2 frames): attention over time, then over space, per patch."""
+    config = dict(image_size=SIZE, patch_size=8, num_frames=2, num_labels=10, **ENCODER)
+    video = torch.randn(1, 2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0))
+    return Output(_build("TimesformerConfig", "TimesformerForVideoClassification", **config)).eval(), (video,)
+
+
 # a plain transformer encoder's size, for the vision and text transformers
 ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 
@@ -278,6 +289,8 @@ VISION = {
     "deit": Entry(deit, "vision transformer with a distillation token", image=True),
     "beit": Entry(beit, "vision transformer: relative position biases", image=True),
     "dinov2": Entry(dinov2, "vision transformer: layer scale, interpolated positions", image=True),
+    "mobilenet_v1": Entry(mobilenet_v1, "CNN: depthwise separable convs, TF-style padding", image=True),
+    "timesformer": Entry(timesformer, "video transformer: divided space-time attention"),
 }
 
 
@@ -308,6 +321,16 @@ def hubert():
     return _speech("HubertConfig", "HubertModel")
 
 
+def wav2vec2_conformer():
+    """Conformer layers: a depthwise conv1d module, rotary position embeddings."""
+    return _speech(
+        "Wav2Vec2ConformerConfig",
+        "Wav2Vec2ConformerModel",
+        conv_depthwise_kernel_size=7,
+        position_embeddings_type="rotary",
+    )
+
+
 def whisper_encoder():
     """WhisperEncoder: conv1d k3 and k3/2 with GELU over 16 mel bins, then 2 transformer layers."""
     import transformers
@@ -329,6 +352,7 @@ def whisper_encoder():
 AUDIO = {
     "wav2vec2": Entry(wav2vec2, "audio: conv1d feature extractor, grouped positional conv, encoder"),
     "hubert": Entry(hubert, "audio: wav2vec2's front end, another encoder"),
+    "wav2vec2_conformer": Entry(wav2vec2_conformer, "audio: conformer (depthwise conv1d, rotary)"),
     "whisper_encoder": Entry(whisper_encoder, "audio: conv1d over mel bins, encoder"),
 }
 
@@ -362,6 +386,23 @@ ENCODERS = {
     "albert": Entry(
         lambda: _text_encoder("AlbertConfig", "AlbertModel", embedding_size=32, **TEXT),
         "text encoder: factorized embedding, one layer shared",
+    ),
+    "deberta_v2": Entry(
+        lambda: _text_encoder(
+            "DebertaV2Config",
+            "DebertaV2Model",
+            relative_attention=True,
+            pos_att_type=["c2p", "p2c"],
+            position_buckets=16,
+            **TEXT,
+        ),
+        "text encoder: disentangled attention (relative positions gathered)",
+    ),
+    "squeezebert": Entry(
+        lambda: _text_encoder(
+            "SqueezeBertConfig", "SqueezeBertModel", embedding_size=64, q_groups=2, k_groups=2, v_groups=2, **TEXT
+        ),
+        "text encoder: grouped 1x1 conv1d layers for linear ones",
     ),
     "t5_encoder": Entry(
         lambda: _text_encoder(
@@ -398,6 +439,28 @@ DECODERS = {
     "llama": Entry(lambda: _causal_lm("LlamaConfig", "LlamaForCausalLM", **LLAMA), "decoder: GQA, rotary, RMSNorm"),
     "mistral": Entry(lambda: _causal_lm("MistralConfig", "MistralForCausalLM", **LLAMA), "decoder: Llama-style"),
     "qwen2": Entry(lambda: _causal_lm("Qwen2Config", "Qwen2ForCausalLM", **LLAMA), "decoder: q/k/v biases"),
+    # picks its key and value heads with negative indices, qkv[..., [-2], :] (accel_target/indexing.py)
+    "falcon": Entry(
+        lambda: _causal_lm(
+            "FalconConfig",
+            "FalconForCausalLM",
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            new_decoder_architecture=True,
+            vocab_size=VOCAB,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        "decoder: grouped heads split by negative indices, parallel attention and MLP",
+    ),
+    "mamba": Entry(
+        lambda: _causal_lm(
+            "MambaConfig", "MambaForCausalLM", hidden_size=64, num_hidden_layers=2, vocab_size=VOCAB, state_size=8
+        ),
+        "decoder: state space (causal depthwise conv1d, selective scan)",
+    ),
     "phi": Entry(
         lambda: _causal_lm("PhiConfig", "PhiForCausalLM", **{**LLAMA, "num_key_value_heads": 4}),
         "decoder: partial rotary, parallel attention and MLP, tanh GELU",

@@ -23,7 +23,7 @@ TESTED_ELSEWHERE = {"wav2vec2", "whisper_encoder", "gpt2", "llama", *OURS}
 BENCHMARK_ONLY = {"levit", "mobilevit"}
 NAMES = [name for name in ZOO if name not in TESTED_ELSEWHERE | BENCHMARK_ONLY]
 # with NHWC input, not one layout transform at run time
-CONV_NETS = ["efficientnet", "regnet", "resnet", "deeplabv3", "poolformer", "convnext", "convnextv2"]
+CONV_NETS = ["efficientnet", "regnet", "resnet", "deeplabv3", "poolformer", "convnext", "convnextv2", "mobilenet_v1"]
 ACCEL_OPS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul")
 
 
