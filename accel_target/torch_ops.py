@@ -23,6 +23,7 @@ table, PyTorch-computed constants for what depends on no input, and converters.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -243,9 +244,110 @@ def cumsum(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.cumsum(data, dim, dtype))
 
 
+def _comparison(op, python_op) -> Converter:
+    """aten.eq / aten.ne with a bool tensor operand, compared as integers (a float scalar:
+    as floats), as PyTorch promotes them: TVM compiles a comparison of bools to a float
+    comparison that LLVM rejects (XLM's ``mask == 0``). Other operands: TVM's converter."""
+
+    def convert(node, importer) -> relax.Expr:
+        args = importer.retrieve_args(node)[:2]
+        tensors = [a for a in args if isinstance(a, relax.Expr)]
+        if not any(str(t.ty.dtype) == "bool" for t in tensors):
+            return importer._binary_op(op, python_op)(node)
+        other = [str(t.ty.dtype) for t in tensors if str(t.ty.dtype) != "bool"]
+        dtype = other[0] if other else "float32" if any(isinstance(a, float) for a in args) else "int32"
+        bb = importer.block_builder
+        lhs, rhs = (
+            bb.emit(relax.op.astype(a, dtype)) if isinstance(a, relax.Expr) else relax.const(a, dtype) for a in args
+        )
+        return bb.emit(op(lhs, rhs))
+
+    return convert
+
+
+def cat(node, importer) -> relax.Expr:
+    """aten.cat(tensors, dim=0): a 1-D empty tensor among them is left out, as PyTorch does (its
+    legacy rule: XLM concatenates its empty key/value cache so; TVM's converter fails on it)."""
+    args = importer.retrieve_args(node)
+    kept = [t for t in args[0] if tensor_shape(t) != [0]]
+    if len(kept) == len(args[0]) or not kept:
+        return importer._cat(node)
+    return (
+        kept[0]
+        if len(kept) == 1
+        else importer.block_builder.emit(relax.op.concat(kept, axis=_scalar(node, 1, "dim", 0)))
+    )
+
+
+def _merged_constant(indices: list[np.ndarray], sizes: list[int], strides: list[int]) -> np.ndarray:
+    """The index into the merged axes of constant `indices` (broadcast together), negatives
+    counted back; a ValueError names an index outside its axis."""
+    merged = 0
+    for index, size, stride in zip(np.broadcast_arrays(*indices), sizes, strides, strict=True):
+        outside = index[(index < -size) | (index >= size)]
+        if outside.size:
+            raise ValueError(f"accel: index.Tensor: index {int(outside[0])} is outside [-{size}, {size})")
+        merged = merged + np.where(index < 0, index + size, index).astype("int64") * stride
+    return np.asarray(merged, "int64")
+
+
+def _merged_runtime(bb, indices: list, sizes: list[int], strides: list[int]) -> relax.Expr:
+    """The index into the merged axes of `indices` (relax tensors), negatives counted back; one
+    outside its axis makes the merged index the merged size or more (a take gives NaN there)."""
+    total, merged = math.prod(sizes), None
+    for index, size, stride in zip(indices, sizes, strides, strict=True):
+        index = bb.emit(relax.op.astype(index, "int64"))
+        const = lambda v: relax.const(v, "int64")  # noqa: E731
+        index = bb.emit(relax.op.where(relax.op.less(index, const(0)), relax.op.add(index, const(size)), index))
+        inside = relax.op.logical_and(relax.op.greater_equal(index, const(0)), relax.op.less(index, const(size)))
+        term = bb.emit(relax.op.multiply(relax.op.where(inside, index, const(total)), const(stride)))
+        merged = term if merged is None else bb.emit(relax.op.add(merged, term))
+    return merged
+
+
+def index_tensor(node, importer) -> relax.Expr:
+    """aten.index.Tensor(x, indices) as PyTorch computes it: the index tensors broadcast
+    together and pick elements jointly; their broadcast axes stand where the indexed axes were
+    when those are adjacent, else lead. One take of x with the indexed axes merged into one, at
+    sum(index_j * stride_j). TVM's converter takes ``x[:, i, j]`` with 1-D i and j as an outer
+    product (a [N, 3, 3] result for [N, 3]) and fails on broadcasting indices (nn.Unfold's);
+    one index, bool masks and symbolic sizes of the indexed axes go to it still."""
+    bb, env = importer.block_builder, importer.env
+    data = env[node.args[0]]
+    picked = [(axis, env[index]) for axis, index in enumerate(node.args[1]) if index is not None]
+    shape = tensor_shape(data)
+    sizes = [shape[axis] for axis, _ in picked] if shape is not None else [None]
+    if (
+        len(picked) < 2
+        or any(str(i.ty.dtype) == "bool" for _, i in picked)
+        or not all(isinstance(s, int) for s in sizes)
+    ):
+        return importer._index_tensor(node)
+    axes = [axis for axis, _ in picked]
+    first = axes[0]
+    if axes != list(range(first, first + len(axes))):  # apart: the broadcast axes lead
+        order = axes + [a for a in range(len(shape)) if a not in axes]
+        data, shape, first = bb.emit(relax.op.permute_dims(data, order)), [shape[a] for a in order], 0
+    strides = [math.prod(sizes[j + 1 :]) for j in range(len(sizes))]
+    indices = [index for _, index in picked]
+    if all(isinstance(i, tvm.ir.expr.Constant) for i in indices):
+        merged = relax.const(_merged_constant([constant_array(i) for i in indices], sizes, strides))
+    else:
+        merged = _merged_runtime(bb, indices, sizes, strides)
+    flat = bb.emit(relax.op.reshape(data, shape[:first] + [math.prod(sizes)] + shape[first + len(sizes) :]))
+    return bb.emit(relax.op.take(flat, merged, axis=first))
+
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "cumsum.default": cumsum,
+    "index.Tensor": index_tensor,
+    "cat.default": cat,
+    "eq.Scalar": _comparison(relax.op.equal, operator.eq),
+    "eq.Tensor": _comparison(relax.op.equal, operator.eq),
+    "ne.Scalar": _comparison(relax.op.not_equal, operator.ne),
+    "ne.Tensor": _comparison(relax.op.not_equal, operator.ne),
+    "concat.default": cat,
     **QUANTIZED_OPS,
 }
 

@@ -113,3 +113,52 @@ def test_onnx_gather_outside_the_axis_gives_nan(tmp_path):
     out = run_executable(ex, x, np.array([-1, 7, 2], "int64"))
     np.testing.assert_array_equal(out[:, [0, 2]], x[:, [4, 2]])
     assert np.isnan(out[:, 1]).all()
+
+
+class Zipped(torch.nn.Module):
+    """Several index tensors pick elements jointly (accel_target.torch_ops.index_tensor)."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+
+    def forward(self, x, i, j):
+        if self.where == "adjacent":
+            return x[:, i, j] * 2  # [N, *broadcast(i, j), ...]
+        return x[i, :, j] * 2  # apart: the broadcast axes lead
+
+
+@pytest.mark.parametrize("where", ["adjacent", "apart"])
+@pytest.mark.parametrize(
+    "i, j",
+    [([0, 1, 3], [2, 0, 1]), ([-1, 0, -4], [-3, 2, 0]), ([[0], [3]], [1, -1, 2])],
+    ids=["zipped", "negative", "broadcast"],
+)
+def test_several_index_tensors_pick_elements_jointly(where, i, j):
+    x = torch.randn(4, 4, 3, 2)
+    i, j = torch.tensor(i), torch.tensor(j)
+    expected = Zipped(where)(x, i, j).numpy()
+
+    class Constants(torch.nn.Module):  # the same indices as constants of the model
+        def forward(self, x):
+            return Zipped(where)(x, i, j)
+
+    constant = _build(Constants(), (x,))
+    np.testing.assert_array_equal(run_executable(constant, x.numpy()), expected)
+    runtime = _build(Zipped(where), (x, i, j))
+    np.testing.assert_array_equal(run_executable(runtime, x.numpy(), i.numpy(), j.numpy()), expected)
+
+
+def test_one_of_several_runtime_indices_outside_its_axis_gives_nan():
+    x = torch.randn(2, 4, 3)
+    ex = _build(Zipped("adjacent"), (x, torch.tensor([0, 1, 2]), torch.tensor([0, 1, 2])))
+    out = run_executable(ex, x.numpy(), np.array([3, 0, 4]), np.array([2, 3, 0]))
+    np.testing.assert_array_equal(out[:, 0], 2 * x.numpy()[:, 3, 2])
+    assert np.isnan(out[:, 1:]).all()  # j = 3 of 3 columns, i = 4 of 4 rows
+
+
+def test_unfold_imports_and_matches_pytorch():
+    """nn.Unfold (ConvBERT's span convolution, MobileViTV2's patches) decomposes into
+    index.Tensor with broadcasting indices, which TVM's converter cannot take."""
+    model, x = torch.nn.Unfold((3, 2), padding=(1, 0), stride=(1, 2)), torch.randn(1, 4, 6, 4)
+    np.testing.assert_allclose(run_executable(_build(model, (x,)), x.numpy()), model(x).numpy(), rtol=1e-6)

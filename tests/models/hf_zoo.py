@@ -213,6 +213,12 @@ def mobilevit():
     )
 
 
+def mobilevitv2():
+    """MobileViT with separable linear attention; patches unfolded and folded back by
+    nn.Unfold / nn.Fold (index.Tensor with broadcasting indices, index_put)."""
+    return _classifier("MobileViTV2Config", "MobileViTV2ForImageClassification", image_size=SIZE, width_multiplier=0.25)
+
+
 def levit():
     """Conv stem, attention with learned position biases, BN after every linear layer,
     shrinking attention between stages."""
@@ -289,6 +295,7 @@ VISION = {
     "deit": Entry(deit, "vision transformer with a distillation token", image=True),
     "beit": Entry(beit, "vision transformer: relative position biases", image=True),
     "dinov2": Entry(dinov2, "vision transformer: layer scale, interpolated positions", image=True),
+    "mobilevitv2": Entry(mobilevitv2, "hybrid: separable attention on patches (unfold / fold)", image=True),
     "mobilenet_v1": Entry(mobilenet_v1, "CNN: depthwise separable convs, TF-style padding", image=True),
     "timesformer": Entry(timesformer, "video transformer: divided space-time attention"),
 }
@@ -398,11 +405,25 @@ ENCODERS = {
         ),
         "text encoder: disentangled attention (relative positions gathered)",
     ),
+    # span-based dynamic conv: nn.Unfold (index.Tensor with broadcasting indices)
+    "convbert": Entry(
+        lambda: _text_encoder(
+            "ConvBertConfig", "ConvBertModel", embedding_size=64, head_ratio=2, conv_kernel_size=5, **TEXT
+        ),
+        "text encoder: span-based dynamic convolution beside attention",
+    ),
     "squeezebert": Entry(
         lambda: _text_encoder(
             "SqueezeBertConfig", "SqueezeBertModel", embedding_size=64, q_groups=2, k_groups=2, v_groups=2, **TEXT
         ),
         "text encoder: grouped 1x1 conv1d layers for linear ones",
+    ),
+    # a bool mask compared with 0, an empty 1-D cache concatenated (accel_target/torch_ops.py)
+    "xlm": Entry(
+        lambda: _text_encoder(
+            "XLMConfig", "XLMModel", emb_dim=64, n_layers=2, n_heads=4, vocab_size=VOCAB, max_position_embeddings=64
+        ),
+        "text encoder: a bool padding mask compared with 0",
     ),
     "t5_encoder": Entry(
         lambda: _text_encoder(

@@ -195,3 +195,36 @@ def test_cumsum_of_bools_and_integers_sums_in_int64():
     for out, ref in zip(outputs, CumulativeSum()(x), strict=True):
         assert str(out.dtype) == str(ref.dtype).replace("torch.", "")
         np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
+
+
+class BoolComparisons(torch.nn.Module):
+    """XLM's ``mask == 0`` on a bool mask, two bool tensors, a bool against a float."""
+
+    def forward(self, x, y):
+        positive = x > 0
+        return positive == 0, positive != (y > 0), torch.where(positive == 1.0, x, 2 * x)
+
+
+def test_bool_comparisons_compile_and_match_pytorch():
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    ex = accel_target.build(accel_target.from_torch(BoolComparisons(), (x, y)))
+    outputs = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(a.numpy()) for a in (x, y)))
+    for out, ref in zip(outputs, BoolComparisons()(x, y), strict=True):
+        np.testing.assert_array_equal(out.numpy(), ref.numpy())
+
+
+class EmptyCache(torch.nn.Module):
+    """XLM's attention concatenates its empty 1-D cache with the keys: PyTorch leaves it out."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.empty(0))
+
+    def forward(self, x):
+        return torch.cat([self.cache, x], dim=-2) * 2
+
+
+def test_cat_leaves_out_an_empty_1d_tensor():
+    x = torch.randn(1, 2, 3, 4)
+    ex = accel_target.build(accel_target.from_torch(EmptyCache(), (x,)))
+    np.testing.assert_array_equal(run_executable(ex, x.numpy()), EmptyCache()(x).numpy())
