@@ -90,6 +90,20 @@ def test_integer_data_wraps_an_index_outside_the_axis():
     np.testing.assert_array_equal(out, data[[3, 0, 1]])  # -1 counts back; 4 wraps to 0
 
 
+def test_an_axis_of_symbolic_size_counts_negative_indices_back_from_its_size():
+    n = tvm.tirx.Var("n", "int64")
+    data = relax.Var("data", relax.TensorType((n, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.take(data, relax.const(np.array([-1, 0], "int64")), axis=0))
+        bb.emit_func_output(out)
+    ex = tvm.compile(bounded_takes(bb.get()), "accel")
+    for rows in (4, 6):
+        x = np.arange(rows * 3, dtype="float32").reshape(rows, 3)
+        np.testing.assert_array_equal(run_executable(ex, x), x[[-1, 0]])
+
+
 def test_a_constant_index_outside_the_axis_is_an_error_naming_it():
     with pytest.raises(ValueError, match=r"take: constant index 7 is outside \[-5, 5\) on axis 1 .*\[2, 5\]"):
         bounded_takes(_take(np.zeros((2, 5), "float32"), np.array([0, 7], "int64"), axis=1))
