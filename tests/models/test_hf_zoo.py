@@ -8,13 +8,14 @@ tests/models/test_decoders.py; our own networks: tests/models/test_models.py.)
 """
 
 import pytest
+import torch
 import tvm
 from tvm import relax
 
 import accel_target
 from accel_target.reporting import TRANSFORM_KERNELS
 from tests.helpers import assert_close, run_executable
-from tests.models.hf_zoo import AUDIO, DECODERS, OURS, ZOO
+from tests.models.hf_zoo import AUDIO, DECODERS, ENCODERS, OURS, ZOO
 from tests.models.test_models import _check_report
 
 pytestmark = pytest.mark.slow
@@ -89,3 +90,30 @@ def test_zoo_conv_net_with_nhwc_input_has_no_layout_transform(name):
     assert_close(out, (ref.permute(0, 2, 3, 1) if entry.image_output else ref).numpy())
     report = _check_kernels(executable)
     assert report.kernels.layout_transforms == 0, _transposes(report)
+
+
+class _Padded(torch.nn.Module):
+    """A text encoder of the zoo called with a padding mask as its second input."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, mask):
+        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+@pytest.mark.parametrize("name", list(ENCODERS))
+def test_text_encoder_at_batch_2_with_a_padding_mask_matches_pytorch(name):
+    """The second sequence padded on the right: masked attention, and every position (padding
+    too) as PyTorch computes it."""
+    wrapped, (ids,) = ENCODERS[name].make()
+    model = _Padded(wrapped.model).eval()
+    ids = torch.cat([ids, ids.flip(-1)])
+    mask = torch.ones_like(ids)
+    mask[1, -5:] = 0
+    executable = accel_target.build(accel_target.from_torch(model, (ids, mask)))
+    with torch.no_grad():
+        expected = model(ids, mask).numpy()
+    assert_close(run_executable(executable, ids.numpy(), mask.numpy()), expected)
+    _check_kernels(executable)
