@@ -1,5 +1,6 @@
-"""What TVM's torch.export importer needs for decoders (GPT-2, Llama): our decomposition
-table, PyTorch-computed constants for what depends on no input, and converters.
+"""What TVM's torch.export importer needs, for decoders (GPT-2, Llama) first and for the
+ops it mistranslates or lacks in the zoo's other architectures: our decomposition table,
+PyTorch-computed constants for what depends on no input, and converters.
 
 - Decompositions: PyTorch's default table but for ``scaled_dot_product_attention``,
   which stays one node (its decomposition fails to re-trace GPT-2 at batch 2, and
