@@ -269,39 +269,41 @@ def _comparison(op, python_op) -> Converter:
 def cat(node, importer) -> relax.Expr:
     """aten.cat(tensors, dim=0): a 1-D empty tensor among them is left out, as PyTorch does (its
     legacy rule: XLM concatenates its empty key/value cache so; TVM's converter fails on it)."""
-    args = importer.retrieve_args(node)
-    kept = [t for t in args[0] if tensor_shape(t) != [0]]
-    if len(kept) == len(args[0]) or not kept:
+    tensors = importer.retrieve_args(node)[0]
+    kept = [t for t in tensors if tensor_shape(t) != [0]]
+    if len(kept) == len(tensors) or not kept:
         return importer._cat(node)
-    return (
-        kept[0]
-        if len(kept) == 1
-        else importer.block_builder.emit(relax.op.concat(kept, axis=_scalar(node, 1, "dim", 0)))
-    )
+    if len(kept) == 1:
+        return kept[0]
+    return importer.block_builder.emit(relax.op.concat(kept, axis=_scalar(node, 1, "dim", 0)))
 
 
-def _merged_constant(indices: list[np.ndarray], sizes: list[int], strides: list[int]) -> np.ndarray:
+def _merged_constant(indices: list[np.ndarray], sizes: list[int]) -> np.ndarray:
     """The index into the merged axes of constant `indices` (broadcast together), negatives
     counted back; a ValueError names an index outside its axis."""
-    merged = 0
-    for index, size, stride in zip(np.broadcast_arrays(*indices), sizes, strides, strict=True):
+    counted_back = []
+    for index, size in zip(np.broadcast_arrays(*indices), sizes, strict=True):
         outside = index[(index < -size) | (index >= size)]
         if outside.size:
             raise ValueError(f"accel: index.Tensor: index {int(outside[0])} is outside [-{size}, {size})")
-        merged = merged + np.where(index < 0, index + size, index).astype("int64") * stride
-    return np.asarray(merged, "int64")
+        counted_back.append(np.where(index < 0, index + size, index))
+    return np.ravel_multi_index(counted_back, sizes).astype("int64")
 
 
-def _merged_runtime(bb, indices: list, sizes: list[int], strides: list[int]) -> relax.Expr:
+def _int64(value) -> relax.Expr:
+    return relax.const(value, "int64")
+
+
+def _merged_runtime(bb, indices: list, sizes: list[int]) -> relax.Expr:
     """The index into the merged axes of `indices` (relax tensors), negatives counted back; one
     outside its axis makes the merged index the merged size or more (a take gives NaN there)."""
     total, merged = math.prod(sizes), None
-    for index, size, stride in zip(indices, sizes, strides, strict=True):
+    for j, (index, size) in enumerate(zip(indices, sizes, strict=True)):
         index = bb.emit(relax.op.astype(index, "int64"))
-        const = lambda v: relax.const(v, "int64")  # noqa: E731
-        index = bb.emit(relax.op.where(relax.op.less(index, const(0)), relax.op.add(index, const(size)), index))
-        inside = relax.op.logical_and(relax.op.greater_equal(index, const(0)), relax.op.less(index, const(size)))
-        term = bb.emit(relax.op.multiply(relax.op.where(inside, index, const(total)), const(stride)))
+        index = bb.emit(relax.op.where(relax.op.less(index, _int64(0)), relax.op.add(index, _int64(size)), index))
+        inside = relax.op.logical_and(relax.op.greater_equal(index, _int64(0)), relax.op.less(index, _int64(size)))
+        stride = math.prod(sizes[j + 1 :])
+        term = bb.emit(relax.op.multiply(relax.op.where(inside, index, _int64(total)), _int64(stride)))
         merged = term if merged is None else bb.emit(relax.op.add(merged, term))
     return merged
 
@@ -316,25 +318,23 @@ def index_tensor(node, importer) -> relax.Expr:
     bb, env = importer.block_builder, importer.env
     data = env[node.args[0]]
     picked = [(axis, env[index]) for axis, index in enumerate(node.args[1]) if index is not None]
+    axes, indices = [axis for axis, _ in picked], [index for _, index in picked]
     shape = tensor_shape(data)
-    sizes = [shape[axis] for axis, _ in picked] if shape is not None else [None]
     if (
         len(picked) < 2
-        or any(str(i.ty.dtype) == "bool" for _, i in picked)
-        or not all(isinstance(s, int) for s in sizes)
+        or shape is None
+        or any(str(i.ty.dtype) == "bool" for i in indices)
+        or not all(isinstance(shape[axis], int) for axis in axes)
     ):
         return importer._index_tensor(node)
-    axes = [axis for axis, _ in picked]
-    first = axes[0]
+    sizes, first = [shape[axis] for axis in axes], axes[0]
     if axes != list(range(first, first + len(axes))):  # apart: the broadcast axes lead
         order = axes + [a for a in range(len(shape)) if a not in axes]
         data, shape, first = bb.emit(relax.op.permute_dims(data, order)), [shape[a] for a in order], 0
-    strides = [math.prod(sizes[j + 1 :]) for j in range(len(sizes))]
-    indices = [index for _, index in picked]
     if all(isinstance(i, tvm.ir.expr.Constant) for i in indices):
-        merged = relax.const(_merged_constant([constant_array(i) for i in indices], sizes, strides))
+        merged = relax.const(_merged_constant([constant_array(i) for i in indices], sizes))
     else:
-        merged = _merged_runtime(bb, indices, sizes, strides)
+        merged = _merged_runtime(bb, indices, sizes)
     flat = bb.emit(relax.op.reshape(data, shape[:first] + [math.prod(sizes)] + shape[first + len(sizes) :]))
     return bb.emit(relax.op.take(flat, merged, axis=first))
 
