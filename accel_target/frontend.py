@@ -11,7 +11,7 @@ import warnings
 import tvm
 from tvm import relax
 
-from .indexing import bounded_takes
+from .indexing import ONNX, checked_indexing
 from .torch_ops import import_program
 
 
@@ -47,8 +47,8 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     Decoders import too (transformers' GPT-2, Llama; see accel_target/torch_ops.py):
     they are exported without their key/value cache, and what depends on no input
     (causal masks, rotary tables) is computed by PyTorch and becomes constants.
-    Indexing is bounded (accel_target/indexing.py): negative indices count from the end,
-    and no index reads outside its tensor.
+    Indexing is checked (accel_target/indexing.py): negative indices count from the end
+    where PyTorch says so, and an index outside its tensor is an error, never a read.
     Returns the IRModule with weights as constants, or with
     ``keep_params_as_input=True`` the pair (IRModule, {param name: array}) for
     ``build(mod, params)``.
@@ -182,8 +182,9 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
 
     Quantized models import too: QuantizeLinear / DequantizeLinear (QDQ, per tensor or per
     channel), QLinearConv, QLinearMatMul, quantized pads (accel_target/onnx_quant.py); the
-    pipeline rewrites them to integer kernels (accel_target/quantize.py). No Gather reads
-    outside its tensor (accel_target/indexing.py)."""
+    pipeline rewrites them to integer kernels (accel_target/quantize.py). No Gather, Scatter
+    or their kin reads or writes outside its tensor: an index outside is an error
+    (accel_target/indexing.py)."""
     import onnx
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
@@ -210,7 +211,7 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
             mod = tvm_from_onnx(fold_pad_inputs(_name_unknown_dims(model)), shape_dict)
     except tvm.error.OpNotImplemented as err:
         raise UnsupportedModelError(f"accel: {str(err).strip().splitlines()[-1]}") from err
-    return bounded_takes(mod)
+    return checked_indexing(mod, ONNX)
 
 
 __all__ = ["UnsupportedModelError", "from_exported_program_file", "from_onnx", "from_torch", "load_model"]

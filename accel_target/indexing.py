@@ -1,79 +1,265 @@
-"""Indexing that TVM's importers leave unchecked, bounded after import.
+"""Indexing that TVM's importers and kernels leave unchecked, checked after import.
 
-Every ``relax.take`` the importers emit (embeddings, ``index.Tensor``, ``index_select``,
-ONNX Gather) reads in mode "fast", which trusts its indices to lie in [0, n). PyTorch's
-indices may be negative: Falcon picks its key and value heads with ``qkv[..., [-2], :]``,
-and the torch importer's take reads before the tensor (stock TVM and accel both returned
-logits 34% off PyTorch's, and such a read may as well crash). A token id past the
-vocabulary, from any importer, reads past the tensor the same way.
+Every op that reads or writes at indices -- ``take`` (embeddings, ``x[idx]``,
+``index_select``, ONNX Gather), ``gather_elements`` (``torch.gather``, GatherElements),
+``gather_nd``, ``scatter_elements`` (``scatter``, ScatterElements), ``scatter_nd``,
+``index_put`` and ``index_tensor`` -- trusts its indices in TVM: one outside its axis reads
+or writes outside the tensor (a gather at 2^40 took the process down), and ``take``
+reads before it at a negative one (Falcon picks its key and value heads with
+``qkv[..., [-2], :]``: stock TVM's logits were 34% off PyTorch's).
 
-`bounded_takes` rewrites every take in mode "fast":
+`checked_indexing` gives every such op indices inside the tensor:
 
-- constant indices: a negative one becomes the index it counts back to (x[-2] is x[n - 2]);
-  one outside [-n, n) is an error naming it (PyTorch rejects those at export too);
-- indices known at run time only (token ids): one in [-n, 0) counts from the end, as in
-  PyTorch, and one outside [-n, n) gives NaN where the data is floating point (mode "nan"),
-  else wraps around (mode "wrap": integers have no NaN) -- never a read outside the tensor;
-- an axis of symbolic size: mode "wrap", for constant indices too.
+- constant indices (sizes known): checked at import; a negative one becomes the index it
+  counts back to where the op allows it (x[-2] is x[n - 2]), one outside is an error naming
+  the op, the index, the axis and the shape (PyTorch rejects those at export too);
+- indices known at run time (token ids), or an axis of symbolic size: a small kernel before
+  the op, ``check_indices``, counts negative indices back where the op allows it and fails
+  the call with an error naming the op, the axis and its range when an index lies outside
+  -- the VM raises it before anything reads or writes with that index, and runs on
+  afterwards. It is serial and never joins a shared launch (topi_accel.shared_launch).
+
+What a negative index means depends on the op and the importer (PYTORCH, ONNX below):
+PyTorch counts it back for indexing (``x[-1]``, ``index_put``) and rejects it for
+``gather`` and ``scatter``; TVM's ONNX converters count it back themselves (all but
+ScatterElements'), so one still negative after them was outside the axis.
+
+It runs after both importers and again at the start of `accel_target.build` (PyTorch's
+meaning, for modules from TVM's own importers); indices it checked once it leaves alone.
+Ops whose index shapes are unknown (no rank) are left as they are, as are takes in a mode
+other than "fast" ("clip", "wrap" and "nan" never read outside).
 """
 
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.script import tirx as T
 
-from strategy.layout import constant_array
+from strategy.layout import constant_array, tensor_shape
 
-
-def _extent(data: relax.Expr, axis) -> tuple[int | None, int]:
-    """(size of the taken axis, None when symbolic; the axis, non-negative)."""
-    shape = data.ty.shape
-    axis = 0 if axis is None else int(axis) % len(shape)
-    size = shape[axis]
-    return (int(size) if isinstance(size, tvm.tirx.IntImm) else None), axis
+KERNEL = "check_indices"
+_OPAQUE = 8  # TVM's OpPatternKind kOpaque: FuseOps leaves the check a kernel of its own
 
 
-def _constant_indices(data: relax.Expr, indices: np.ndarray, size: int, axis: int) -> np.ndarray:
-    outside = indices[(indices < -size) | (indices >= size)]
-    if outside.size:
+@functools.lru_cache(maxsize=256)  # TVMScript parses the source each time
+def check_indices_func(components: int, dtype: str, message: str, count_back: bool) -> tvm.tirx.PrimFunc:
+    """indices [rows, components], sizes [components] -> the indices, negatives counted back
+    from their component's size if `count_back`; an index then outside [0, size) fails the
+    call with `message` (a RuntimeError from the VM). Serial: index tensors are small, and
+    the assertion must not sit in a task of the thread pool."""
+    zero = tvm.tirx.const(0, dtype)
+    back = tvm.tirx.const(int(count_back), dtype)
+
+    @T.prim_func(private=True)
+    def check_indices(var_indices: T.handle, sizes: T.Buffer((components,), "int64"), var_out: T.handle):
+        T.func_attr({"tirx.noalias": True, "op_pattern": _OPAQUE})
+        rows = T.int64()
+        indices = T.match_buffer(var_indices, (rows, components), dtype)
+        out = T.match_buffer(var_out, (rows, components), dtype)
+        outside = T.alloc_buffer((1,), "int32")
+        outside[0] = 0
+        for i, j in T.grid(rows, components):
+            size = T.Cast(dtype, sizes[j])
+            out[i, j] = T.Select(indices[i, j] < zero, indices[i, j] + back * size, indices[i, j])
+            outside[0] = outside[0] | T.Cast("int32", (out[i, j] < zero) | (out[i, j] >= size))
+        assert outside[0] == 0, message
+
+    return check_indices
+
+
+def _static(sizes: list) -> bool:
+    return all(isinstance(s, int) for s in sizes)
+
+
+# What a negative index means, per op and importer:
+COUNT_BACK = "count back"  # x[-1] is x[n - 1], counted back here (PyTorch's take, index_put, index.Tensor)
+COUNTED_BACK = "counted back"  # the importer counted [-n, 0) back; one left is an error (ONNX)
+NONE = "none"  # an error (PyTorch's gather and scatter)
+
+
+def _low(size, negatives: str):
+    """The least index the user may give."""
+    return f"-{size}" if negatives != NONE else "0"
+
+
+def constant_indices(
+    op: str, indices: np.ndarray, sizes: list[int], axes: list, shape: list, negatives: str = COUNT_BACK
+) -> np.ndarray:
+    """Constant `indices` (components along the last axis when there are several sizes),
+    negatives counted back if `negatives` says so; a ValueError names the first outside its
+    axis."""
+    columns, size = indices.reshape(-1, len(sizes)), np.array(sizes, dtype=indices.dtype)
+    if negatives == COUNT_BACK:
+        columns = np.where(columns < 0, columns + size, columns)
+    outside = (columns < 0) | (columns >= size)
+    if outside.any():
+        row, component = np.argwhere(outside)[0]
+        n = sizes[component]
         raise ValueError(
-            f"take: constant index {int(outside[0])} is outside [-{size}, {size}) on axis {axis} "
-            f"of a tensor of shape {[int(d) for d in data.ty.shape]}"
+            f"{op}: constant index {int(indices.reshape(columns.shape)[row, component])} is outside "
+            f"[{_low(n, negatives)}, {n}) on axis {axes[component]} of a tensor of shape {shape}"
         )
-    return np.where(indices < 0, indices + size, indices).astype(indices.dtype)
+    return columns.reshape(indices.shape)
+
+
+def _message(op: str, sizes: list, axes: list[int] | None, shape: list, negatives: str) -> str:
+    if len(sizes) > 1:
+        where = f"outside its axis (the last axis of the indices runs over axes {axes[0]}-{axes[-1]})"
+    else:
+        where = f"outside [{_low(sizes[0], negatives)}, {sizes[0]}) " + (
+            "of the flattened tensor" if axes is None else f"on axis {axes[0]}"
+        )
+    return f"{op}: an index known at run time is {where} of a tensor of shape {shape}"
+
+
+def check(
+    bb: relax.BlockBuilder,
+    op: str,
+    indices: relax.Expr,
+    data_shape: list,
+    axes: list[int] | None,
+    negatives: str = COUNT_BACK,
+) -> relax.Expr:
+    """`indices` into axes `axes` of a tensor of shape `data_shape` (their components along
+    the last axis when there are several axes; None: the flattened tensor), negatives as
+    `negatives` says, checked as the module's docstring says; bindings emitted into `bb`.
+    Indices of unknown rank or of no integer type come back as they are."""
+    shape, dtype = tensor_shape(indices), str(getattr(indices.ty, "dtype", ""))
+    if shape is None or not dtype.startswith(("int", "uint")):
+        return indices
+    sizes = [math.prod(data_shape)] if axes is None else [data_shape[a] for a in axes]
+    if isinstance(indices, Constant) and _static(sizes):
+        named = axes if axes is not None else ["(flattened)"]
+        array = constant_indices(op, constant_array(indices), sizes, named, data_shape, negatives)
+        return relax.const(array, dtype)
+    components = len(sizes)
+    rows = math.prod(shape[:-1] if components > 1 else shape)
+    message = _message(op, sizes, axes, data_shape, negatives)
+    kernel = bb.add_func(check_indices_func(components, dtype, message, negatives == COUNT_BACK), KERNEL)
+    if _static(sizes):
+        sizes_tensor = relax.const(np.array(sizes, "int64"), "int64")
+    else:
+        sizes_tensor = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(sizes)))
+    table = bb.emit(relax.op.reshape(indices, (rows, components)))
+    checked = bb.emit(relax.call_tir(kernel, [table, sizes_tensor], relax.TensorType((rows, components), dtype)))
+    return bb.emit(relax.op.reshape(checked, shape), "index")
 
 
 @mutator
-class _Bound(PyExprMutator):
+class _Check(PyExprMutator):
+    def _is_checked(self, indices: relax.Expr) -> bool:
+        """Whether `indices` come from a check_indices kernel (through the reshape back)."""
+        for _ in range(2):
+            value = self.lookup_binding(indices) if isinstance(indices, relax.Var) else None
+            if not isinstance(value, relax.Call):
+                return False
+            if value.op == tvm.ir.Op.get("relax.call_tir"):
+                return value.args[0].name_hint.startswith(KERNEL)
+            if value.op != tvm.ir.Op.get("relax.reshape"):
+                return False
+            indices = value.args[0]
+        return False
+
+    def _checked(self, op: str, indices: relax.Expr, data_shape: list, axes: list[int] | None) -> relax.Expr:
+        if self._is_checked(indices):
+            return indices
+        return check(self.builder_, op, indices, data_shape, axes, self.negatives.get(op, NONE))
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.take") or str(call.attrs.mode) != "fast":
+        if not isinstance(call.op, tvm.ir.Op) or not call.op.name.startswith("relax."):
             return call
-        data, indices = call.args
-        if getattr(data.ty, "shape", None) is None:  # rank unknown: nothing to bound against
+        op = call.op.name[len("relax.") :]
+        data_shape = tensor_shape(call.args[0]) if call.args else None
+        if op not in _INDEX_ARGS or data_shape is None:
             return call
-        size, axis = _extent(data, call.attrs.axis)
-        if size is None:  # a symbolic axis: "wrap" counts negative indices back from its size
-            return relax.op.take(data, indices, call.attrs.axis, "wrap")
-        if isinstance(indices, Constant):
-            bounded = _constant_indices(data, constant_array(indices), size, axis)
-            return relax.op.take(data, relax.const(bounded), call.attrs.axis, "fast")
-        if not str(data.ty.dtype).startswith(("float", "bfloat")):
-            return relax.op.take(data, indices, call.attrs.axis, "wrap")
-        dtype = str(indices.ty.dtype)
-        counted_back = relax.op.where(
-            relax.op.less(indices, relax.const(0, dtype)), relax.op.add(indices, relax.const(size, dtype)), indices
-        )
-        return relax.op.take(data, self.builder_.emit(counted_back, "index"), call.attrs.axis, "nan")
+        args = list(call.args)
+        for position, axes in _INDEX_ARGS[op](call, len(data_shape)):
+            if isinstance(position, tuple):  # a tuple of index tensors: one per axis
+                tuple_at, item = position
+                items = list(args[tuple_at].fields)
+                items[item] = self._checked(op, items[item], data_shape, axes)
+                args[tuple_at] = relax.Tuple(items)
+            else:
+                args[position] = self._checked(op, args[position], data_shape, axes)
+        if all(new.same_as(old) for new, old in zip(args, call.args, strict=True)):
+            return call
+        return relax.Call(call.op, args, call.attrs)
 
 
-def bounded_takes(mod: tvm.IRModule) -> tvm.IRModule:
-    """`mod` with every take in mode "fast" bounded (see the module's docstring)."""
-    rewriter = _Bound(mod)
+def _take(call, rank):
+    if str(call.attrs.mode) != "fast":
+        return []
+    return [(1, None if call.attrs.axis is None else [int(call.attrs.axis) % rank])]  # None: flattened
+
+
+def _elements(call, rank):
+    return [(1, [int(call.attrs.axis) % rank])]
+
+
+def _gather_nd(call, rank):
+    components = tensor_shape(call.args[1])
+    if not components or not isinstance(components[-1], int):
+        return []
+    batch = int(call.attrs.batch_dims)
+    return [(1, list(range(batch, batch + components[-1])))]
+
+
+def _scatter_nd(call, rank):
+    components = tensor_shape(call.args[1])
+    if not components or not isinstance(components[-1], int):
+        return []
+    return [(1, list(range(components[-1])))]
+
+
+def _per_axis(call, rank):
+    indices = call.args[1]
+    if not isinstance(indices, relax.Tuple):
+        return []
+    return [((1, axis), [axis]) for axis in range(len(indices.fields))]
+
+
+# op -> (call, data rank) -> [(position of an index argument, or (tuple, item); the data axes
+# its indices run over, None for the flattened data)]
+_INDEX_ARGS = {
+    "take": _take,
+    "gather_elements": _elements,
+    "scatter_elements": _elements,
+    "gather_nd": _gather_nd,
+    "scatter_nd": _scatter_nd,
+    "index_put": _per_axis,
+    "index_tensor": _per_axis,
+}
+
+
+# What negative indices mean in the modules of each importer (ops not named: NONE)
+PYTORCH = {"take": COUNT_BACK, "index_put": COUNT_BACK, "index_tensor": COUNT_BACK}  # gather, scatter: errors
+# TVM's ONNX converters count negative indices back themselves, but for ScatterElements'
+ONNX = {op: COUNTED_BACK for op in _INDEX_ARGS} | {"scatter_elements": COUNT_BACK}
+
+
+def checked_indexing(mod: tvm.IRModule, negatives: dict[str, str] = PYTORCH) -> tvm.IRModule:
+    """`mod` with the indices of every indexing op checked (see the module's docstring);
+    `negatives`: what a negative index of each op means (PYTORCH, or ONNX for a module from
+    TVM's ONNX importer)."""
+    rewriter = _Check(mod)
+    rewriter.negatives = negatives
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
     return rewriter.builder_.get()
+
+
+@tvm.transform.module_pass(opt_level=0, name="CheckIndexing")
+def check_indexing(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """`checked_indexing` as the build's first pass: a module from TVM's own importers gets
+    the checks too, negative indices as in PyTorch (one from `from_torch` or `from_onnx` has
+    them already)."""
+    return checked_indexing(mod)

@@ -4,7 +4,7 @@ Small functions return lists of passes (as in relax/backend/cpu_generic), one pe
 PHASES is their order, the one list that the registered pipeline, `optimize`, `build`
 and `tune` all run (`run_phases`):
 
-    graph       graph_passes: fold BN into conv, decompose for inference, ConvertLayout to
+    graph       graph_passes: check indexing, fold BN into conv, decompose for inference, ConvertLayout to
                 NHWC/OHWI, fold every weight transform, cancel the rest
     legalize    legalize_passes: LegalizeOps (the strategies pick the kernels)
     kernels     kernel_passes: fuse elementwise ops into the accel kernels' write-back
@@ -44,6 +44,7 @@ from strategy.registry import attempt, recording_declines, suspended
 
 from . import deploy, launches
 from .deploy import AccelExecutable
+from .indexing import check_indexing
 from .inplace import write_in_place
 from .launches import share_launches
 from .microbatch import micro_batch
@@ -102,6 +103,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
     return [
         contained(p)
         for p in [
+            check_indexing,  # indices inside their tensors, or an error (accel_target/indexing.py)
             quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),

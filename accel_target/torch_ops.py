@@ -17,8 +17,8 @@ PyTorch-computed constants for what depends on no input, and converters.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/torch_quant.py),
   never folded: they stay for accel_target.quantize.
-- Every ``take`` the importer emits bounded (accel_target/indexing.py): PyTorch's negative
-  indices count from the end, and no index reads outside its tensor.
+- Every indexing op the importer emits checked (accel_target/indexing.py): PyTorch's negative
+  indices count from the end, and an index outside its tensor is an error, never a read.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tvm import relax
 
 from strategy.layout import constant_array, same_dims, tensor_shape
 
-from .indexing import bounded_takes
+from . import indexing
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
@@ -278,32 +278,24 @@ def cat(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.concat(kept, axis=_scalar(node, 1, "dim", 0)))
 
 
-def _merged_constant(indices: list[np.ndarray], sizes: list[int]) -> np.ndarray:
-    """The index into the merged axes of constant `indices` (broadcast together), negatives
-    counted back; a ValueError names an index outside its axis."""
-    counted_back = []
-    for index, size in zip(np.broadcast_arrays(*indices), sizes, strict=True):
-        outside = index[(index < -size) | (index >= size)]
-        if outside.size:
-            raise ValueError(f"accel: index.Tensor: index {int(outside[0])} is outside [-{size}, {size})")
-        counted_back.append(np.where(index < 0, index + size, index))
-    return np.ravel_multi_index(counted_back, sizes).astype("int64")
+def _merged_constant(indices: list[np.ndarray], axes: list[int], shape: list) -> np.ndarray:
+    """The index into the merged `axes` of data of `shape` at constant `indices` (broadcast
+    together), negatives counted back; a ValueError names an index outside its axis."""
+    counted_back = [
+        indexing.constant_indices("index.Tensor", index, [shape[axis]], [axis], shape)
+        for index, axis in zip(np.broadcast_arrays(*indices), axes, strict=True)
+    ]
+    return np.ravel_multi_index(counted_back, [shape[axis] for axis in axes]).astype("int64")
 
 
-def _int64(value) -> relax.Expr:
-    return relax.const(value, "int64")
-
-
-def _merged_runtime(bb, indices: list, sizes: list[int]) -> relax.Expr:
-    """The index into the merged axes of `indices` (relax tensors), negatives counted back; one
-    outside its axis makes the merged index the merged size or more (a take gives NaN there)."""
-    total, merged = math.prod(sizes), None
-    for j, (index, size) in enumerate(zip(indices, sizes, strict=True)):
-        index = bb.emit(relax.op.astype(index, "int64"))
-        index = bb.emit(relax.op.where(relax.op.less(index, _int64(0)), relax.op.add(index, _int64(size)), index))
-        inside = relax.op.logical_and(relax.op.greater_equal(index, _int64(0)), relax.op.less(index, _int64(size)))
-        stride = math.prod(sizes[j + 1 :])
-        term = bb.emit(relax.op.multiply(relax.op.where(inside, index, _int64(total)), _int64(stride)))
+def _merged_runtime(bb, indices: list, axes: list[int], shape: list) -> relax.Expr:
+    """The index into the merged `axes` of data of `shape` at `indices` (relax tensors), each
+    checked on its own axis (accel_target/indexing.py: negatives counted back, one outside an
+    error at run time)."""
+    sizes, merged = [shape[a] for a in axes], None
+    for j, (index, axis) in enumerate(zip(indices, axes, strict=True)):
+        index = bb.emit(relax.op.astype(indexing.check(bb, "index.Tensor", index, shape, [axis]), "int64"))
+        term = bb.emit(relax.op.multiply(index, relax.const(math.prod(sizes[j + 1 :]), "int64")))
         merged = term if merged is None else bb.emit(relax.op.add(merged, term))
     return merged
 
@@ -328,15 +320,16 @@ def index_tensor(node, importer) -> relax.Expr:
     ):
         return importer._index_tensor(node)
     sizes, first = [shape[axis] for axis in axes], axes[0]
+    if all(isinstance(i, tvm.ir.expr.Constant) for i in indices):
+        merged = relax.const(_merged_constant([constant_array(i) for i in indices], axes, shape))
+    else:
+        merged = _merged_runtime(bb, indices, axes, shape)
     if axes != list(range(first, first + len(axes))):  # apart: the broadcast axes lead
         order = axes + [a for a in range(len(shape)) if a not in axes]
         data, shape, first = bb.emit(relax.op.permute_dims(data, order)), [shape[a] for a in order], 0
-    if all(isinstance(i, tvm.ir.expr.Constant) for i in indices):
-        merged = relax.const(_merged_constant([constant_array(i) for i in indices], sizes))
-    else:
-        merged = _merged_runtime(bb, indices, sizes)
     flat = bb.emit(relax.op.reshape(data, shape[:first] + [math.prod(sizes)] + shape[first + len(sizes) :]))
-    return bb.emit(relax.op.take(flat, merged, axis=first))
+    # "clip": the merged index is inside by construction, and checked_indexing leaves the take
+    return bb.emit(relax.op.take(flat, merged, axis=first, mode="clip"))
 
 
 CONVERTERS: dict[str, Converter] = {
@@ -373,4 +366,4 @@ def import_program(program, *, keep_params_as_input: bool = False):
     program = program.run_decompositions(decompositions())
     importer = ExportedProgramImporter()
     custom = convert_map(importer, input_independent_values(program))
-    return bounded_takes(importer.from_exported_program(program, keep_params_as_input, True, False, custom))
+    return indexing.checked_indexing(importer.from_exported_program(program, keep_params_as_input, True, False, custom))

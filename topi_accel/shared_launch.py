@@ -31,8 +31,10 @@ of the launch took, its shape variables become that one's (`_unified`), so that 
 variables, bound from the merged kernel's arguments, shapes them all.
 
 A kernel joins only as TVM's lowering leaves it (`joining`): dimensions that are numbers or
-variables, parallel loops at the top level only, and lowered again without error (not the
-int8 kernels, see `workshare.claim_iterations`). A kernel that ClaimIterations (or
+variables, parallel loops at the top level only, no assertion (`accel_target.indexing`'s
+check: one that fails in a task of the launch would leave the other tasks waiting at the
+next barrier), and lowered again without error (not the int8 kernels, see
+`workshare.claim_iterations`). A kernel that ClaimIterations (or
 SerialSmallKernels) lowered and checked (`workshare.LOWERED`) joins as it is: lowered once
 more, then again by the build, its claimed loops of a symbolic extent cost TVM's buffer
 compaction tens of seconds (a 3-conv model of symbolic batch built in 116 s instead of 3). `accel_target.launches` finds
@@ -90,15 +92,20 @@ def member_names(name: str) -> list[str] | None:
     return members if head.startswith(PREFIX) and members else None
 
 
-def _has_parallel(stmt: tirx.Stmt) -> bool:
-    if isinstance(stmt, tirx.SeqStmt):
-        return any(_has_parallel(s) for s in stmt.seq)
-    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL:
+def _contains(stmt: tirx.Stmt, found) -> bool:
+    """Whether `stmt` or a statement within it is one that found(statement) is true of."""
+    if found(stmt):
         return True
+    if isinstance(stmt, tirx.SeqStmt):
+        return any(_contains(s, found) for s in stmt.seq)
     if isinstance(stmt, tirx.IfThenElse):
-        return any(_has_parallel(s) for s in (stmt.then_case, stmt.else_case) if s is not None)
+        return any(_contains(s, found) for s in (stmt.then_case, stmt.else_case) if s is not None)
     body = getattr(stmt, "body", None)
-    return isinstance(body, tirx.Stmt) and _has_parallel(body)
+    return isinstance(body, tirx.Stmt) and _contains(body, found)
+
+
+def _has_parallel(stmt: tirx.Stmt) -> bool:
+    return _contains(stmt, lambda s: isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL)
 
 
 def _top_level(stmt: tirx.Stmt, imports: list) -> list:
@@ -140,7 +147,9 @@ def joining(func: tirx.PrimFunc) -> Joining | None:
     else:
         lowered = lower_blocks(compact_again=False)(tvm.IRModule({"main": func}))["main"]
         lowered = accepted(lowered)
-    found = None if lowered is None else _parts(lowered)
+    if lowered is None or _contains(lowered.body, lambda s: isinstance(s, tirx.AssertStmt)):
+        return None
+    found = _parts(lowered)
     return None if found is None else Joining(lowered, found.parallel)
 
 

@@ -304,6 +304,41 @@ def test_bad_input_is_a_clear_error(loaded, inputs, error, words):
     assert np.array_equal(model(x).numpy(), first)  # and the model still works
 
 
+class TokenClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(100, 32), nn.Linear(32, 4)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.embed(ids)))
+
+
+def test_token_ids_outside_the_vocabulary_are_an_error_in_every_thread(tmp_path):
+    """An index known only at run time is checked by the model itself (accel_target/indexing.py):
+    4 threads share a loaded model, every third call with a token id past the vocabulary; those
+    raise an error naming the op and the range, the others give the first answer's bits."""
+    torch.manual_seed(0)
+    model, ids = TokenClassifier().eval(), torch.tensor([[3, 99, 0, 42]])
+    library = str(tmp_path / "tokens.so")
+    accel_target.save(accel_target.build(accel_target.from_torch(model, (ids,)), weights="separate"), library)
+    loaded = accel_target.load(library)
+    first = loaded(ids.numpy()).numpy()
+    assert_close(first, model(ids).detach().numpy())
+    bad, outcomes = np.array([[3, 100, 0, 42]]), []
+
+    def call(worker, k):
+        if k % 3 == 2:
+            with pytest.raises(RuntimeError, match=r"take: .*outside \[-100, 100\) on axis 0 .*\[100, 32\]"):
+                loaded(bad)
+            outcomes.append("error")
+        else:
+            assert np.array_equal(loaded(ids.numpy()).numpy(), first)
+            outcomes.append("same")
+
+    assert _hammer(4, 30, call) == []
+    assert outcomes.count("error") == 40 and outcomes.count("same") == 80
+
+
 def test_non_contiguous_inputs_are_copied(loaded):
     """A transposed view holds other data than its base: the answer is that of its contents."""
     model, x, _ = loaded["ccpl"]

@@ -118,6 +118,22 @@ def test_kernels_that_cannot_join_are_told_apart():
     assert shared_launch.joining(parsed) is None
 
 
+@T.prim_func
+def checked_total(a: T.Buffer((N,), "float32"), t: T.Buffer((1,), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    t[0] = T.float32(0)
+    for i in range(N):
+        t[0] = t[0] + a[i]
+    assert t[0] >= T.float32(0), "a sum below zero"
+
+
+def test_a_kernel_with_an_assertion_runs_on_its_own():
+    """An assertion that failed in a task of a shared launch would leave the other tasks
+    waiting at the next barrier (accel_target.indexing's check kernel has one)."""
+    assert shared_launch.joining(total) is not None
+    assert shared_launch.joining(checked_total) is None
+
+
 def test_a_claimed_kernel_joins_as_claim_iterations_lowered_it():
     # (lowered once more, its claimed loops of a symbolic extent would cost the buffer
     # compaction tens of seconds in the build: a 3-conv model, 116 s)
