@@ -32,15 +32,15 @@ other than "fast" ("clip", "wrap" and "nan" never read outside).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
-from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
 
 from strategy.layout import constant_array, tensor_shape
 
@@ -48,30 +48,34 @@ KERNEL = "check_indices"
 _OPAQUE = 8  # TVM's OpPatternKind kOpaque: FuseOps leaves the check a kernel of its own
 
 
-@functools.lru_cache(maxsize=256)  # TVMScript parses the source each time
 def check_indices_func(components: int, dtype: str, message: str, count_back: bool) -> tvm.tirx.PrimFunc:
     """indices [rows, components], sizes [components] -> the indices, negatives counted back
     from their component's size if `count_back`; an index then outside [0, size) fails the
     call with `message` (a RuntimeError from the VM). Serial: index tensors are small, and
-    the assertion must not sit in a task of the thread pool."""
-    zero = tvm.tirx.const(0, dtype)
-    back = tvm.tirx.const(int(count_back), dtype)
-
-    @T.prim_func(private=True)
-    def check_indices(var_indices: T.handle, sizes: T.Buffer((components,), "int64"), var_out: T.handle):
-        T.func_attr({"tirx.noalias": True, "op_pattern": _OPAQUE})
-        rows = T.int64()
-        indices = T.match_buffer(var_indices, (rows, components), dtype)
-        out = T.match_buffer(var_out, (rows, components), dtype)
-        outside = T.alloc_buffer((1,), "int32")
-        outside[0] = 0
-        for i, j in T.grid(rows, components):
-            size = T.Cast(dtype, sizes[j])
-            out[i, j] = T.Select(indices[i, j] < zero, indices[i, j] + back * size, indices[i, j])
-            outside[0] = outside[0] | T.Cast("int32", (out[i, j] < zero) | (out[i, j] >= size))
-        assert outside[0] == 0, message
-
-    return check_indices
+    the assertion must not sit in a task of the thread pool. Built with TVM's IR builder
+    (TVMScript's parser would read this file's source at every build)."""
+    zero = tirx.const(0, dtype)
+    with IRBuilder() as builder:
+        with T.prim_func(private=True):
+            T.func_name(KERNEL)
+            T.func_attr({"tirx.noalias": True, "op_pattern": _OPAQUE})
+            indices_handle = T.arg("var_indices", T.handle())
+            sizes = T.arg("sizes", T.Buffer((components,), "int64"))
+            out_handle = T.arg("var_out", T.handle())
+            rows = tirx.Var("rows", "int64")
+            indices = IRBuilder.name("indices", T.match_buffer(indices_handle, (rows, components), dtype))
+            out = IRBuilder.name("out", T.match_buffer(out_handle, (rows, components), dtype))
+            outside = IRBuilder.name("outside", T.alloc_buffer((1,), "int32"))
+            T.buffer_store(outside, tirx.const(0, "int32"), [0])
+            with T.grid(rows, components) as (i, j):
+                IRBuilder.name_many(["i", "j"], [i, j])
+                index, size = indices[i, j], tirx.Cast(dtype, sizes[j])
+                T.buffer_store(out, tirx.Select(index < zero, index + size, index) if count_back else index, [i, j])
+                found = tirx.Cast("int32", (out[i, j] < zero) | (out[i, j] >= size))
+                T.buffer_store(outside, outside[0] | found, [0])
+            with T.Assert(outside[0] == 0, message):  # (a statement of its own: no body)
+                pass
+    return builder.get()
 
 
 def _static(sizes: list) -> bool:
