@@ -162,8 +162,9 @@ def test_onnx_gather_outside_the_axis_is_an_error():
     ex = _onnx_model("Gather", {"x": ("float32", [2, 5]), "i": ("int64", [3])}, ("float32", [2, 3]), axis=1)
     x = np.random.default_rng(0).standard_normal((2, 5)).astype("float32")
     np.testing.assert_array_equal(run_executable(ex, x, np.array([-1, 4, 2], "int64")), x[:, [4, 4, 2]])
-    with _raises_outside("take", 5, 1, [2, 5]):
-        run_executable(ex, x, np.array([-1, 7, 2], "int64"))
+    for outside in (7, -7):  # TVM's converter counts -7 back to -2: not again (x[:, 3])
+        with _raises_outside("take", 5, 1, [2, 5]):
+            run_executable(ex, x, np.array([-1, outside, 2], "int64"))
 
 
 def test_onnx_gather_elements_counts_back_and_rejects_an_index_outside():
