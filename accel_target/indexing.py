@@ -158,18 +158,20 @@ def check(
 
 @mutator
 class _Check(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, negatives: dict[str, str]):
+        super().__init__(mod)
+        self.negatives = negatives
+
+    def _bound(self, expr: relax.Expr, op: str) -> relax.Call | None:
+        """The call to `op` that the variable `expr` is bound to, if it is one."""
+        value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
+
     def _is_checked(self, indices: relax.Expr) -> bool:
-        """Whether `indices` come from a check_indices kernel (through the reshape back)."""
-        for _ in range(2):
-            value = self.lookup_binding(indices) if isinstance(indices, relax.Var) else None
-            if not isinstance(value, relax.Call):
-                return False
-            if value.op == tvm.ir.Op.get("relax.call_tir"):
-                return value.args[0].name_hint.startswith(KERNEL)
-            if value.op != tvm.ir.Op.get("relax.reshape"):
-                return False
-            indices = value.args[0]
-        return False
+        """Whether `indices` are `check`'s result: a check_indices kernel's output, reshaped back."""
+        reshaped = self._bound(indices, "relax.reshape")
+        kernel = reshaped is not None and self._bound(reshaped.args[0], "relax.call_tir")
+        return bool(kernel) and kernel.args[0].name_hint == KERNEL
 
     def _checked(self, op: str, indices: relax.Expr, data_shape: list, axes: list[int] | None) -> relax.Expr:
         if self._is_checked(indices):
@@ -208,19 +210,14 @@ def _elements(call, rank):
     return [(1, [int(call.attrs.axis) % rank])]
 
 
-def _gather_nd(call, rank):
+def _nd(call, rank):
+    """gather_nd / scatter_nd: the last axis of the indices runs over the data's axes from
+    batch_dims (gather_nd's; 0 for scatter_nd)."""
     components = tensor_shape(call.args[1])
     if not components or not isinstance(components[-1], int):
         return []
-    batch = int(call.attrs.batch_dims)
-    return [(1, list(range(batch, batch + components[-1])))]
-
-
-def _scatter_nd(call, rank):
-    components = tensor_shape(call.args[1])
-    if not components or not isinstance(components[-1], int):
-        return []
-    return [(1, list(range(components[-1])))]
+    first = int(getattr(call.attrs, "batch_dims", 0))
+    return [(1, list(range(first, first + components[-1])))]
 
 
 def _per_axis(call, rank):
@@ -236,8 +233,8 @@ _INDEX_ARGS = {
     "take": _take,
     "gather_elements": _elements,
     "scatter_elements": _elements,
-    "gather_nd": _gather_nd,
-    "scatter_nd": _scatter_nd,
+    "gather_nd": _nd,
+    "scatter_nd": _nd,
     "index_put": _per_axis,
     "index_tensor": _per_axis,
 }
@@ -253,8 +250,7 @@ def checked_indexing(mod: tvm.IRModule, negatives: dict[str, str] = PYTORCH) -> 
     """`mod` with the indices of every indexing op checked (see the module's docstring);
     `negatives`: what a negative index of each op means (PYTORCH, or ONNX for a module from
     TVM's ONNX importer)."""
-    rewriter = _Check(mod)
-    rewriter.negatives = negatives
+    rewriter = _Check(mod, negatives)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
