@@ -170,8 +170,8 @@ class _Check(PyExprMutator):
     def _is_checked(self, indices: relax.Expr) -> bool:
         """Whether `indices` are `check`'s result: a check_indices kernel's output, reshaped back."""
         reshaped = self._bound(indices, "relax.reshape")
-        kernel = reshaped is not None and self._bound(reshaped.args[0], "relax.call_tir")
-        return bool(kernel) and kernel.args[0].name_hint == KERNEL
+        kernel = None if reshaped is None else self._bound(reshaped.args[0], "relax.call_tir")
+        return kernel is not None and kernel.args[0].name_hint == KERNEL
 
     def _checked(self, op: str, indices: relax.Expr, data_shape: list, axes: list[int] | None) -> relax.Expr:
         if self._is_checked(indices):
