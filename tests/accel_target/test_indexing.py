@@ -247,6 +247,7 @@ def test_the_build_checks_a_module_from_tvms_own_importer_once():
     checks = lambda m: m.script().count("check_indices")  # noqa: E731
     assert checks(mod) == 0
     assert checks(accel_target.optimize(mod)) == checks(accel_target.optimize(accel_target.from_torch(model, (ids,))))
+    assert not accel_target.build(accel_target.from_torch(model, (ids,))).report.declines  # checked ones left alone
     vm = relax.VirtualMachine(accel_target.build(mod), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(ids.numpy()))[0]  # TVM's importer returns a tuple
     np.testing.assert_array_equal(out.numpy(), model(ids).detach().numpy())
