@@ -3,20 +3,23 @@ TVM's pool (ACCEL_POOL=tvm) with TVM's knobs and with accel's, and accel's pool 
 
     python benchmarks/bench_coexistence.py [--rounds 3] [--reps 2] [--dir DIR]
 
-Builds two models (conv -> conv -> pool -> linear; a 256x1024x1024 dense) into a temporary
-directory, or into --dir once (a later run with the same --dir reuses them), then runs one
-process per setting, the settings taking turns --reps times. A process times, median
-of per-call times in ms: the accel call alone and right after a numpy
+Builds three models (conv -> conv -> pool -> linear on a 32x32 and on a 128x128 image; a
+256x1024x1024 dense) into a temporary directory, or into --dir once (a later run with the same
+--dir reuses them), then runs one process per setting, the settings taking turns --reps times.
+A process times, median of per-call times in ms: the accel call alone and right after a numpy
 512x512 matmul or a PyTorch conv; and a numpy GEMV (1024x1024, float64), the PyTorch conv
-and the numpy matmul alone and right after an accel call; and, as a control, the accel call
-right after a single-threaded copy of 32 MB ("cache flush"), which evicts the model's
-data from the caches but leaves no thread behind: what the accel call loses after numpy
-or PyTorch beyond that is the thread pools'. The other libraries get two controls of their
-own: right after the cache flush, and right after a pause as long as the accel call ("idle"),
-in which their own threads go to sleep as they do while accel runs: what they lose after an
-accel call beyond those is accel's. Every block of calls starts after a 0.3 s pause, so that
-no library's threads are still spinning from the last one.
-Prints one JSON line per process and a table of the ratios "after / alone".
+and the numpy matmul alone and right after an accel call. Each "after" has two controls that
+leave no other library's thread behind: right after a single-threaded copy of 32 MB ("cache
+flush"), which evicts the caller's data from the caches, and right after a pause as long as
+the call before it ("idle"), in which every library's threads go to sleep (on a VM a pause
+alone slows the next call of any library: what the host does with an idle core is its own). What a call loses
+after another library beyond its idle control is the thread pools'. Every block of calls
+starts after a 0.3 s pause, so that no library's threads are still spinning from the last one,
+and its first calls are not timed.
+On accel's pool a process also counts the share of the model's tasks that the workers ran
+(the caller runs those that no worker has started: a low share after numpy or PyTorch means
+their threads held the other cores). Prints one JSON line per process and a table of the
+ratios "after / alone", with those shares.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 
 SETTINGS = {
     "TVM's pool, TVM's defaults": {
@@ -38,14 +42,18 @@ SETTINGS = {
     },
     "TVM's pool, spin 0, unpinned": {"ACCEL_POOL": "tvm"},
     "accel's defaults (accel's pool)": {},
+    # other libraries' threads spin briefly (about as long as accel's workers), or not at all
+    "accel's + brief OpenMP/OpenBLAS spin": {"GOMP_SPINCOUNT": "10000", "OPENBLAS_THREAD_TIMEOUT": "10"},
     "accel's + passive OpenMP/OpenBLAS": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"},
 }
-MODELS = ("ccpl", "dense")
+MODELS = ("ccpl", "ccpl128", "dense")
 CALLS = 12  # timed calls in a block
+SHARE = ": workers' share"  # of the tasks of the model's kernels (accel's pool: the rest, the caller's)
+WARMUP = 4  # untimed ones before them: a VM that idled for 0.3 s runs its first calls slower
 
 
 def build(directory: str) -> None:
-    """Save the two models (weights beside the library) and their inputs into `directory`."""
+    """Save the three models (weights beside the library) and their inputs into `directory`."""
     import numpy as np
     import torch
     from torch import nn
@@ -63,7 +71,12 @@ def build(directory: str) -> None:
         nn.Linear(32, 10),
     ).eval()
     dense = nn.Linear(1024, 1024, bias=False).eval()
-    for name, model, x in (("ccpl", ccpl, torch.randn(1, 3, 32, 32)), ("dense", dense, torch.randn(256, 1024))):
+    models = {
+        "ccpl": (ccpl, torch.randn(1, 3, 32, 32)),
+        "ccpl128": (ccpl, torch.randn(1, 3, 128, 128)),  # about as long a call as the issue's model
+        "dense": (dense, torch.randn(256, 1024)),
+    }
+    for name, (model, x) in models.items():
         executable = accel_target.build(accel_target.from_torch(model, (x,)), weights="separate")
         accel_target.save(executable, os.path.join(directory, f"{name}.so"))
         np.save(os.path.join(directory, f"{name}_x.npy"), x.numpy())
@@ -76,6 +89,7 @@ def measure(directory: str, rounds: int) -> dict:
     import torch
 
     import accel_target
+    from accel_target import pool
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((512, 512)).astype("float32")
@@ -98,15 +112,23 @@ def measure(directory: str, rounds: int) -> dict:
         np.copyto(flush_dst, flush_src)
 
     times: dict[str, list[float]] = {}
+    counted = pool.available()  # accel's pool counts the tasks its workers run
 
-    def block(key, before, timed):
+    def block(key, before, timed, model=False):
         time.sleep(0.3)
-        for _ in range(CALLS):
+        for i in range(WARMUP + CALLS):
+            if i == WARMUP and model and counted:
+                first = pool.stats()
             if before is not None:
                 before()
             start = time.perf_counter()
             timed()
-            times.setdefault(key, []).append((time.perf_counter() - start) * 1e3)
+            if i >= WARMUP:
+                times.setdefault(key, []).append((time.perf_counter() - start) * 1e3)
+        if model and counted:
+            last = pool.stats()
+            workers, caller = (last[k] - first[k] for k in ("tasks_by_workers", "tasks_by_caller"))
+            times.setdefault(key + SHARE, []).append(workers / max(1, workers + caller))
 
     models = {}
     for name in MODELS:
@@ -116,28 +138,38 @@ def measure(directory: str, rounds: int) -> dict:
     for f in [numpy_mm, numpy_gemv, torch_conv, *models.values()]:
         for _ in range(10):
             f()
+
+    def idle_as_long_as(f):
+        seconds = float(np.median(timeit.repeat(f, number=1, repeat=10)))
+        return lambda: time.sleep(seconds)
+
     for _ in range(rounds):
         for name, call in models.items():
-            block(f"{name} alone", None, call)
-            block(f"{name} after cache flush", cache_flush, call)
-            block(f"{name} after numpy mm", numpy_mm, call)
-            block(f"{name} after torch conv", torch_conv, call)
-            pause = float(np.median(times[f"{name} alone"][-CALLS:])) / 1e3
+            block(f"{name} alone", None, call, model=True)
+            block(f"{name} after cache flush", cache_flush, call, model=True)
+            for other, f in (("numpy mm", numpy_mm), ("torch conv", torch_conv)):
+                block(f"{name} after idle as long as {other}", idle_as_long_as(f), call, model=True)
+                block(f"{name} after {other}", f, call, model=True)
             for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
                 block(f"{other} alone", None, f)
                 block(f"{other} after cache flush", cache_flush, f)
-                block(f"{other} after idle as long as {name}", lambda pause=pause: time.sleep(pause), f)
+                block(f"{other} after idle as long as {name}", idle_as_long_as(call), f)
                 block(f"{other} after {name}", call, f)
     return {key: float(np.median(values)) for key, values in times.items()}
 
 
 def table(results: dict[str, list[dict]]) -> str:
-    """Ratios after / alone, median over the processes of each setting."""
+    """Ratios after / alone, median over the processes of each setting; for accel's pool, the
+    share of the model's tasks that its workers ran, after and alone (the rest, the caller)."""
     import numpy as np
+
+    def median(runs, key):
+        return float(np.median([r[key] for r in runs]))
 
     pairs = []
     for name in MODELS:
-        pairs += [(f"{name} after {before}", f"{name} alone") for before in ("cache flush", "numpy mm", "torch conv")]
+        befores = ("cache flush", "idle as long as numpy mm", "numpy mm", "idle as long as torch conv", "torch conv")
+        pairs += [(f"{name} after {before}", f"{name} alone") for before in befores]
         for other in ("numpy gemv", "torch conv", "numpy mm"):
             befores = ("cache flush", f"idle as long as {name}", name)
             pairs += [(f"{other} after {before}", f"{other} alone") for before in befores]
@@ -146,7 +178,10 @@ def table(results: dict[str, list[dict]]) -> str:
         cells = []
         for runs in results.values():
             ratio = float(np.median([r[after] / r[alone] for r in runs]))
-            cells.append(f"{ratio:.2f} ({float(np.median([r[alone] for r in runs])):.2f} ms alone)")
+            cell = f"{ratio:.2f} ({median(runs, alone):.2f} ms alone)"
+            if after + SHARE in runs[0]:
+                cell += f", workers {median(runs, after + SHARE):.0%} ({median(runs, alone + SHARE):.0%})"
+            cells.append(cell)
         lines.append(f"| {after} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
