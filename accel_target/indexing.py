@@ -25,7 +25,9 @@ PyTorch counts it back for indexing (``x[-1]``, ``index_put``) and rejects it fo
 ScatterElements'), so one still negative after them was outside the axis.
 
 It runs after both importers and again at the start of `accel_target.build` (PyTorch's
-meaning, for modules from TVM's own importers); indices it checked once it leaves alone.
+meaning, for modules from TVM's own importers, but for indices the module counts back itself,
+``where(x < 0, x + n, x)``, as TVM's ONNX converters do); indices it checked once it leaves
+alone.
 Ops whose index shapes are unknown (no rank) are left as they are, as are takes in a mode
 other than "fast" ("clip", "wrap" and "nan" never read outside).
 """
@@ -173,10 +175,29 @@ class _Check(PyExprMutator):
         kernel = None if reshaped is None else self._bound(reshaped.args[0], "relax.call_tir")
         return kernel is not None and kernel.args[0].name_hint == KERNEL
 
+    def _counted_back(self, indices: relax.Expr) -> bool:
+        """Whether `indices` are ``where(x < 0, x + n, x)``: negatives counted back already (TVM's
+        ONNX converters do so), whatever the importer's policy says; once more would take -7
+        on an axis of 5 as 3."""
+        where = self._bound(indices, "relax.where")
+        if where is None:
+            return False
+        less, add = self._bound(where.args[0], "relax.less"), self._bound(where.args[1], "relax.add")
+        x = where.args[2]
+        return (
+            less is not None
+            and add is not None
+            and less.args[0].same_as(x)
+            and add.args[0].same_as(x)
+            and isinstance(less.args[1], Constant)
+            and not constant_array(less.args[1]).any()
+        )
+
     def _checked(self, op: str, indices: relax.Expr, data_shape: list, axes: list[int] | None) -> relax.Expr:
         if self._is_checked(indices):
             return indices
-        return check(self.builder_, op, indices, data_shape, axes, self.negatives.get(op, NONE))
+        negatives = COUNTED_BACK if self._counted_back(indices) else self.negatives.get(op, NONE)
+        return check(self.builder_, op, indices, data_shape, axes, negatives)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -260,6 +281,7 @@ def checked_indexing(mod: tvm.IRModule, negatives: dict[str, str] = PYTORCH) -> 
 @tvm.transform.module_pass(opt_level=0, name="CheckIndexing")
 def check_indexing(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """`checked_indexing` as the build's first pass: a module from TVM's own importers gets
-    the checks too, negative indices as in PyTorch (one from `from_torch` or `from_onnx` has
-    them already)."""
+    the checks too, negative indices as in PyTorch, but for indices that the module counted
+    back itself (TVM's ONNX converters; a module from `from_torch` or `from_onnx` has its
+    checks already)."""
     return checked_indexing(mod)
