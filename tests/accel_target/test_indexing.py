@@ -220,6 +220,37 @@ def test_onnx_scatter_nd_and_scatter_elements_reject_an_index_outside():
         run_executable(elements, x, np.array([[0, 1, 3], [2, 9, 1]]), updates)
 
 
+@pytest.mark.slow
+def test_a_text_model_from_tvms_onnx_importer_counts_token_ids_back_once():
+    """BERT exported to ONNX and imported by TVM's own importer, built by accel: the build's
+    check sees the importer's counting back (ONNX: a token id of -101 is -1 there, an error)."""
+    onnx = pytest.importorskip("onnx")
+    import io
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tests.models import hf_zoo
+
+    model, (ids,) = hf_zoo.ENCODERS["bert"].make()
+    exported = io.BytesIO()
+    torch.onnx.export(model.eval(), (ids,), exported, dynamo=False)
+    vm = relax.VirtualMachine(accel_target.build(from_onnx(onnx.load_from_string(exported.getvalue()))), tvm.cpu())
+
+    def run(token_ids):
+        out = vm["main"](tvm.runtime.tensor(token_ids))
+        return (out if isinstance(out, tvm.runtime.Tensor) else out[0]).numpy()
+
+    with torch.no_grad():
+        expected = model(ids).numpy()
+    np.testing.assert_allclose(run(ids.numpy()), expected, rtol=1e-4, atol=1e-5)
+    vocab, hidden = hf_zoo.VOCAB, expected.shape[-1]
+    for outside in (vocab, -vocab - 1):  # -101 read row 99 when the build counted it back again
+        bad = ids.numpy().copy()
+        bad[0, 3] = outside
+        with _raises_outside("take", vocab, 0, [vocab, hidden]):
+            run(bad)
+
+
 class GatherScatter(torch.nn.Module):
     """torch.gather, Tensor.scatter and index_put with indices given at run time."""
 
