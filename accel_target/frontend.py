@@ -170,6 +170,24 @@ def _check_shape_dict(model, shape_dict: dict) -> None:
                 )
 
 
+def _fix_sizes(model, shape_dict: dict[str, list[int]]):
+    """`model` with the sizes of `shape_dict` written into its inputs (so that onnx's shape
+    inference, and the folding of shapes it knows, see them); the model itself for none."""
+    import onnx
+
+    if not shape_dict:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for info in _graph_inputs(fixed):
+        if info.name in shape_dict:
+            shape = info.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shape_dict[info.name]:
+                shape.dim.add().dim_value = size
+    return fixed
+
+
 def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> tvm.IRModule:
     """Import an ONNX model (a file path or an onnx.ModelProto), weights as constants.
 
@@ -182,13 +200,15 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
 
     Quantized models import too: QuantizeLinear / DequantizeLinear (QDQ, per tensor or per
     channel), QLinearConv, QLinearMatMul, quantized pads (accel_target/onnx_quant.py); the
-    pipeline rewrites them to integer kernels (accel_target/quantize.py). No Gather, Scatter
+    pipeline rewrites them to integer kernels (accel_target/quantize.py). A pad, reshape or
+    expand whose shape the graph computes from constants or fixed sizes is folded first
+    (TVM's importer alone fails on them: Swin, ConvBERT, SqueezeBERT). No Gather, Scatter
     or their kin reads or writes outside its tensor: an index outside is an error
     (accel_target/indexing.py)."""
     import onnx
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
-    from .onnx_quant import accel_converters, fold_pad_inputs  # imports TVM's ONNX frontend: onnx needed
+    from .onnx_quant import accel_converters, fold_constant_inputs  # imports TVM's ONNX frontend: onnx needed
 
     model = path_or_model
     if isinstance(path_or_model, (str, os.PathLike)):
@@ -208,7 +228,7 @@ def from_onnx(path_or_model, shape_dict: dict[str, list[int]] | None = None) -> 
     shape_dict = {name: [int(s) for s in shape] for name, shape in (shape_dict or {}).items()}
     try:
         with accel_converters():
-            mod = tvm_from_onnx(fold_pad_inputs(_name_unknown_dims(model)), shape_dict)
+            mod = tvm_from_onnx(fold_constant_inputs(_fix_sizes(_name_unknown_dims(model), shape_dict)), shape_dict)
     except tvm.error.OpNotImplemented as err:
         raise UnsupportedModelError(f"accel: {str(err).strip().splitlines()[-1]}") from err
     return checked_indexing(mod, ONNX)

@@ -1,13 +1,18 @@
-"""ONNX import of quantized models: what TVM 0.27's ONNX frontend lacks or cannot read.
+"""ONNX import: what TVM 0.27's ONNX frontend lacks or cannot read (quantized models, shapes
+that the graph computes).
 
-- `fold_pad_inputs`: a pre-pass on the ONNX graph that computes, with onnx's reference
-  evaluator, the pads / constant value / axes of a Pad that a subgraph of constants produces
-  (PyTorch's export of ``F.pad`` builds the pads with ConstantOfShape, Concat, Slice...; ONNX
-  Runtime's QDQ quantizer wraps the constant value in QuantizeLinear -> DequantizeLinear).
-  TVM's Pad converter reads them as constants and fails otherwise ("Dynamic pads are not
-  supported yet", or ``'Call' object has no attribute 'value'``).
+- `fold_constant_inputs`: a pre-pass on the ONNX graph that computes, with onnx's reference
+  evaluator, the inputs that TVM's converters read as constants (CONSTANT_INPUTS: a Pad's pads,
+  constant value and axes, a Reshape's, Expand's, Tile's or ConstantOfShape's shape, a Gather's
+  data) where a subgraph of constants and of known shapes produces them. PyTorch's export of
+  ``F.pad`` builds the pads with ConstantOfShape, Concat, Slice...; ONNX Runtime's QDQ quantizer
+  wraps the constant value in QuantizeLinear -> DequantizeLinear; a model exported with fixed
+  sizes computes its reshapes from ``Shape`` of activations (Swin, ConvBERT, SqueezeBERT,
+  MobileViT). TVM's converters fail on each ("Dynamic pads are not supported yet", ``'Call'
+  object has no attribute 'value'``, "Reshape requires the input new shape to be Shape").
 - Converters, used while `accel_converters()` is active (TVM's frontend has no public way to
   add converters; the block swaps its converter table and restores it):
+  ``ConstantOfShape`` of a constant shape is the constant (TVM's fails for a scalar);
   ``Pad`` in constant mode becomes ``relax.nn.pad`` (stock TVM emits an opaque TE kernel that
   no graph pass can see through); ``Clip`` with constant bounds becomes ``maximum`` /
   ``minimum`` (likewise); ``QLinearConv`` and ``QLinearMatMul`` (missing in TVM) become
@@ -31,14 +36,47 @@ from tvm.relax.frontend.onnx.onnx_frontend import get_constant
 
 from strategy.layout import constant_array
 
-# op type -> positions of its inputs that TVM's converter needs as constants
-CONSTANT_INPUTS = {"Pad": (1, 2, 3)}
+# op type -> positions of its inputs that TVM's converter needs as constants (a shape it
+# cannot read from a tensor computed at run time: "Reshape requires the input new shape to be
+# Shape", "broadcast_to expects the input shape to have the number of ndim at least..."; a
+# Gather of a shape: "shape_of expects a tensor input")
+CONSTANT_INPUTS = {
+    "Pad": (1, 2, 3),
+    "Reshape": (1,),
+    "Expand": (1,),
+    "ConstantOfShape": (0,),
+    "Tile": (1,),
+    "Gather": (0,),
+}
 _PATCH_LOCK = threading.Lock()
 
 
-def _constant_subgraph(name: str, producers: dict, constants: set) -> list | None:
-    """The nodes that compute `name` from initializers and Constant nodes alone, in graph
-    order; None if it depends on a graph input."""
+def _static_shapes(model) -> dict[str, list[int]]:
+    """{tensor name: shape} for every tensor of `model` whose shape onnx's shape inference
+    knows in full (no symbolic or unknown dim)."""
+    import onnx
+
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001  (inference fails on some valid models: no shapes then)
+        return {}
+    shapes = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = info.type.tensor_type
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            shapes[info.name] = [d.dim_value for d in tensor.shape.dim]
+    return shapes
+
+
+def _shape_leaf(node, shapes: dict) -> bool:
+    """Whether `node` is a Shape of a tensor whose shape is known: a constant."""
+    return node.op_type == "Shape" and node.input[0] in shapes
+
+
+def _constant_subgraph(name: str, producers: dict, constants: set, shapes: dict) -> list | None:
+    """The nodes that compute `name` from initializers, Constant nodes and the shapes of
+    tensors whose shape is known alone, in graph order; None if it depends on a graph input
+    otherwise."""
     nodes, pending, seen = [], [name], set()
     while pending:
         value = pending.pop()
@@ -49,7 +87,8 @@ def _constant_subgraph(name: str, producers: dict, constants: set) -> list | Non
         if node is None:  # a graph input
             return None
         nodes.append(node)
-        pending.extend(node.input)
+        if not _shape_leaf(node, shapes):
+            pending.extend(node.input)
     return nodes
 
 
@@ -61,11 +100,22 @@ def _constant_inputs(graph, producers: dict):
                 yield node, i
 
 
-def _evaluate(name: str, nodes: list, model) -> np.ndarray:
-    """The value of `name`, computed by `nodes` (in graph order) from the model's initializers."""
+def _known_shape(node, shapes: dict):
+    """A Constant node in place of the Shape `node` of a tensor whose shape is known."""
+    import onnx
+
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    shape = np.array(shapes[node.input[0]], "int64")[attrs.get("start", 0) : attrs.get("end")]
+    return onnx.helper.make_node("Constant", [], list(node.output), value=onnx.numpy_helper.from_array(shape))
+
+
+def _evaluate(name: str, nodes: list, model, shapes: dict) -> np.ndarray:
+    """The value of `name`, computed by `nodes` (in graph order) from the model's initializers
+    and the known shapes."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
+    nodes = [_known_shape(n, shapes) if _shape_leaf(n, shapes) else n for n in nodes]
     initializers = {init.name: init for init in model.graph.initializer}
     used = [initializers[v] for v in dict.fromkeys(v for n in nodes for v in n.input) if v in initializers]
     output = onnx.helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
@@ -74,32 +124,46 @@ def _evaluate(name: str, nodes: list, model) -> np.ndarray:
     return np.asarray(ReferenceEvaluator(sub).run(None, {})[0])
 
 
-def fold_pad_inputs(model):
+def fold_constant_inputs(model):
     """`model` (an onnx.ModelProto) with every input of CONSTANT_INPUTS that a subgraph of
     constants computes replaced by an initializer holding its value; the model itself when
-    there is none. The subgraph's nodes stay (TVM converts them, dead code removes them)."""
+    there is none. Constants here include the shape of a tensor whose shape onnx's shape
+    inference knows in full (a model exported with fixed input sizes computes its reshapes'
+    shapes from them), in rounds: a reshape folded lets inference know the shapes after it.
+    A symbolic dim keeps its subgraph. The subgraph's nodes stay (TVM converts them, dead
+    code removes them)."""
     import onnx
 
     producers = {out: node for node in model.graph.node for out in node.output}
     if next(_constant_inputs(model.graph, producers), None) is None:
         return model
     model = onnx.ModelProto.FromString(model.SerializeToString())  # leave the caller's model as it is
+    while _fold_once(model):
+        pass
+    return model
+
+
+def _fold_once(model) -> bool:
+    """One round of `fold_constant_inputs`, in place; whether it folded anything."""
+    import onnx
+
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
     constants = {init.name for init in graph.initializer}
     order = {id(node): i for i, node in enumerate(graph.node)}
+    shapes = _static_shapes(model)
     folded = {}
     for node, i in list(_constant_inputs(graph, producers)):
         name = node.input[i]
         if name not in folded:
-            nodes = _constant_subgraph(name, producers, constants)
+            nodes = _constant_subgraph(name, producers, constants, shapes)
             if nodes is None:
                 continue
             folded[name] = f"{name}__folded"
-            value = _evaluate(name, sorted(nodes, key=lambda n: order[id(n)]), model)
+            value = _evaluate(name, sorted(nodes, key=lambda n: order[id(n)]), model, shapes)
             graph.initializer.append(onnx.numpy_helper.from_array(value, folded[name]))
         node.input[i] = folded[name]
-    return model
+    return bool(folded)
 
 
 class Pad(stock.Pad):
@@ -112,6 +176,21 @@ class Pad(stock.Pad):
         before, after, value = cls._parse_pads_and_axes(inputs, params)
         widths = [int(w) for pair in zip(before, after) for w in pair]
         return relax.op.nn.pad(inputs[0], widths, "constant", float(value))
+
+
+class ConstantOfShape(stock.ConstantOfShape):
+    """A constant shape: the tensor itself (TVM's converter broadcasts the one-element value
+    to the shape, and fails for an empty shape, a scalar: "broadcast_to expects the input
+    shape to have the number of ndim at least as the input tensor's")."""
+
+    @classmethod
+    def _impl_v9(cls, bb, inputs, attr, params):
+        shape = get_constant(inputs[0], params)
+        if not isinstance(shape, tvm.ir.GenericConst):
+            return super()._impl_v9(bb, inputs, attr, params)
+        value = attr.get("value")
+        value = stock.get_numpy(value).reshape(-1) if value is not None else np.zeros(1, "float32")
+        return relax.const(np.full(constant_array(shape).tolist(), value[0], value.dtype))
 
 
 class Clip(stock.Clip):
@@ -278,6 +357,7 @@ class MatMulInteger(stock.MatMulInteger):
 
 CONVERTERS = {
     "Pad": Pad,
+    "ConstantOfShape": ConstantOfShape,
     "Clip": Clip,
     "QLinearConv": QLinearConv,
     "QLinearMatMul": QLinearMatMul,
@@ -302,4 +382,4 @@ def accel_converters():
             stock._get_convert_map = original
 
 
-__all__ = ["CONVERTERS", "accel_converters", "fold_pad_inputs"]
+__all__ = ["CONVERTERS", "accel_converters", "fold_constant_inputs"]
