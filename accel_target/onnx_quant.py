@@ -12,7 +12,7 @@ that the graph computes).
   object has no attribute 'value'``, "Reshape requires the input new shape to be Shape").
 - Converters, used while `accel_converters()` is active (TVM's frontend has no public way to
   add converters; the block swaps its converter table and restores it):
-  ``ConstantOfShape`` of a constant shape is the constant (TVM's fails for a scalar);
+  ``ConstantOfShape`` of a constant shape fills with a scalar (TVM's fails for a scalar shape);
   ``Pad`` in constant mode becomes ``relax.nn.pad`` (stock TVM emits an opaque TE kernel that
   no graph pass can see through); ``Clip`` with constant bounds becomes ``maximum`` /
   ``minimum`` (likewise); ``QLinearConv`` and ``QLinearMatMul`` (missing in TVM) become
@@ -179,9 +179,9 @@ class Pad(stock.Pad):
 
 
 class ConstantOfShape(stock.ConstantOfShape):
-    """A constant shape: the tensor itself (TVM's converter broadcasts the one-element value
-    to the shape, and fails for an empty shape, a scalar: "broadcast_to expects the input
-    shape to have the number of ndim at least as the input tensor's")."""
+    """A constant shape: ``full`` of a scalar (TVM's converter fills with the one-element
+    tensor that ONNX gives the value in, and fails for an empty shape, a scalar: "broadcast_to
+    expects the input shape to have the number of ndim at least as the input tensor's")."""
 
     @classmethod
     def _impl_v9(cls, bb, inputs, attr, params):
@@ -190,7 +190,8 @@ class ConstantOfShape(stock.ConstantOfShape):
             return super()._impl_v9(bb, inputs, attr, params)
         value = attr.get("value")
         value = stock.get_numpy(value).reshape(-1) if value is not None else np.zeros(1, "float32")
-        return relax.const(np.full(constant_array(shape).tolist(), value[0], value.dtype))
+        fill = relax.const(value[0], str(value.dtype))
+        return relax.op.full(relax.ShapeExpr(constant_array(shape).tolist()), fill, str(value.dtype))
 
 
 class Clip(stock.Clip):
