@@ -179,9 +179,10 @@ class Pad(stock.Pad):
 
 
 class ConstantOfShape(stock.ConstantOfShape):
-    """A constant shape: ``full`` of a scalar (TVM's converter fills with the one-element
-    tensor that ONNX gives the value in, and fails for an empty shape, a scalar: "broadcast_to
-    expects the input shape to have the number of ndim at least as the input tensor's")."""
+    """A constant shape: a constant up to one axis, else ``full`` of a scalar (TVM's converter
+    fills with the one-element tensor that ONNX gives the value in, and fails for an empty
+    shape, a scalar: "broadcast_to expects the input shape to have the number of ndim at least
+    as the input tensor's")."""
 
     @classmethod
     def _impl_v9(cls, bb, inputs, attr, params):
@@ -190,8 +191,10 @@ class ConstantOfShape(stock.ConstantOfShape):
             return super()._impl_v9(bb, inputs, attr, params)
         value = attr.get("value")
         value = stock.get_numpy(value).reshape(-1) if value is not None else np.zeros(1, "float32")
-        fill = relax.const(value[0], str(value.dtype))
-        return relax.op.full(relax.ShapeExpr(constant_array(shape).tolist()), fill, str(value.dtype))
+        shape = constant_array(shape).tolist()
+        if len(shape) <= 1:  # a scalar or a vector (often a shape): a constant, as the converters after it read
+            return relax.const(np.full(shape, value[0], value.dtype))
+        return relax.op.full(relax.ShapeExpr(shape), relax.const(value[0], str(value.dtype)), str(value.dtype))
 
 
 class Clip(stock.Clip):
