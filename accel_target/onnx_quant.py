@@ -26,6 +26,7 @@ that the graph computes).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -68,12 +69,12 @@ def _static_shapes(model) -> dict[str, list[int]]:
     return shapes
 
 
-def _shape_leaf(node, shapes: dict) -> bool:
-    """Whether `node` is a Shape of a tensor whose shape is known: a constant."""
-    return node.op_type == "Shape" and node.input[0] in shapes
+def _shape_leaf(node, shapes) -> bool:
+    """Whether `node` is a Shape of a tensor whose shape is known (`shapes()`): a constant."""
+    return node.op_type == "Shape" and node.input[0] in shapes()
 
 
-def _constant_subgraph(name: str, producers: dict, constants: set, shapes: dict) -> list | None:
+def _constant_subgraph(name: str, producers: dict, constants: set, shapes) -> list | None:
     """The nodes that compute `name` from initializers, Constant nodes and the shapes of
     tensors whose shape is known alone, in graph order; None if it depends on a graph input
     otherwise."""
@@ -100,16 +101,16 @@ def _constant_inputs(graph, producers: dict):
                 yield node, i
 
 
-def _known_shape(node, shapes: dict):
+def _known_shape(node, shapes):
     """A Constant node in place of the Shape `node` of a tensor whose shape is known."""
     import onnx
 
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    shape = np.array(shapes[node.input[0]], "int64")[attrs.get("start", 0) : attrs.get("end")]
+    shape = np.array(shapes()[node.input[0]], "int64")[attrs.get("start", 0) : attrs.get("end")]
     return onnx.helper.make_node("Constant", [], list(node.output), value=onnx.numpy_helper.from_array(shape))
 
 
-def _evaluate(name: str, nodes: list, model, shapes: dict) -> np.ndarray:
+def _evaluate(name: str, nodes: list, model, shapes) -> np.ndarray:
     """The value of `name`, computed by `nodes` (in graph order) from the model's initializers
     and the known shapes."""
     import onnx
@@ -151,7 +152,7 @@ def _fold_once(model) -> bool:
     producers = {out: node for node in graph.node for out in node.output}
     constants = {init.name for init in graph.initializer}
     order = {id(node): i for i, node in enumerate(graph.node)}
-    shapes = _static_shapes(model)
+    shapes = functools.cache(lambda: _static_shapes(model))  # inferred once a subgraph reaches a Shape
     folded = {}
     for node, i in list(_constant_inputs(graph, producers)):
         name = node.input[i]

@@ -150,10 +150,11 @@ def measure(directory: str, rounds: int) -> dict:
             for other, f in (("numpy mm", numpy_mm), ("torch conv", torch_conv)):
                 block(f"{name} after idle as long as {other}", idle_as_long_as(f), call, model=True)
                 block(f"{name} after {other}", f, call, model=True)
+            idle = idle_as_long_as(call)
             for other, f in (("numpy gemv", numpy_gemv), ("torch conv", torch_conv), ("numpy mm", numpy_mm)):
                 block(f"{other} alone", None, f)
                 block(f"{other} after cache flush", cache_flush, f)
-                block(f"{other} after idle as long as {name}", idle_as_long_as(call), f)
+                block(f"{other} after idle as long as {name}", idle, f)
                 block(f"{other} after {name}", call, f)
     return {key: float(np.median(values)) for key, values in times.items()}
 

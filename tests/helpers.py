@@ -140,6 +140,17 @@ def called_kernels(mod: tvm.IRModule) -> list[str]:
     return list(module_kernels(mod).calls)
 
 
+def float_onnx_model(nodes, inputs: dict, outputs: dict, initializers=()):
+    """An ONNX model (opset 17) of float32 inputs and outputs, {name: shape} (a str in a shape
+    a dim_param, None an unnamed dim), `initializers` its TensorProto weights."""
+    from onnx import TensorProto, helper
+
+    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    ins, outs = [info(n, s) for n, s in inputs.items()], [info(n, s) for n, s in outputs.items()]
+    graph = helper.make_graph(nodes, "g", ins, outs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
 def assert_close(out: np.ndarray, ref: np.ndarray, rtol: float = 1e-4) -> None:
     """Equal within `rtol`, and within 1e-5 of the output's scale near zero
     (float32 sums in another order differ by that much)."""

@@ -9,12 +9,12 @@ import onnx
 import onnxruntime
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from tvm import relax
 
 import accel_target
 from accel_target import deploy
-from tests.helpers import assert_close
+from tests.helpers import assert_close, float_onnx_model
 
 COVERED = {"relax.nn.conv2d", "relax.matmul"}
 RNG = np.random.default_rng(0)
@@ -22,15 +22,6 @@ RNG = np.random.default_rng(0)
 
 def _weight(name, *shape):
     return numpy_helper.from_array((RNG.standard_normal(shape) * 0.2).astype("float32"), name)
-
-
-def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
-    """A float32 model; `inputs` and `outputs` are {name: shape}, a str in a shape a dim_param."""
-    info = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
-    graph = helper.make_graph(
-        nodes, "g", [info(n, s) for n, s in inputs.items()], [info(n, s) for n, s in outputs.items()], weights
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
 def cnn(batch="N", size: int = 16) -> onnx.ModelProto:
@@ -45,7 +36,7 @@ def cnn(batch="N", size: int = 16) -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1),
     ]
     weights = [_weight("w1", 16, 3, 3, 3), _weight("b1", 16), _weight("w2", 16, 1, 3, 3), _weight("w3", 10, 16)]
-    return _model(nodes, {"x": [batch, 3, size, size]}, {"y": [batch, 10]}, [*weights, _weight("b3", 10)])
+    return float_onnx_model(nodes, {"x": [batch, 3, size, size]}, {"y": [batch, 10]}, [*weights, _weight("b3", 10)])
 
 
 def attention() -> onnx.ModelProto:
@@ -64,7 +55,7 @@ def attention() -> onnx.ModelProto:
     ]
     weights = [_weight(f"w{p}", 16, 16) for p in "qkvo"] + [scale]
     inputs = {"x": ["batch", "seq", 16], "mask": ["batch", "seq", "seq"]}
-    return _model(nodes, inputs, {"y": ["batch", "seq", 16]}, weights)
+    return float_onnx_model(nodes, inputs, {"y": ["batch", "seq", 16]}, weights)
 
 
 def _onnxruntime(model: onnx.ModelProto, feed: dict) -> np.ndarray:
@@ -94,7 +85,7 @@ def test_dim_params_stay_symbolic_and_shared():
 def test_unnamed_dims_get_a_variable_each():
     """TVM's importer makes every dim without size or name one variable (``[?, ?, 8]`` would
     take only equal sizes): from_onnx names each, and the model runs at unequal ones."""
-    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [None, None, 8]}, {"y": []}, [])
+    model = float_onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [None, None, 8]}, {"y": []}, [])
     model.graph.initializer.append(_weight("w", 8, 4))
     mod = accel_target.from_onnx(model)
     assert _symbolic(mod["main"].params[0]) == ["x_dim0", "x_dim1", 8]
