@@ -168,7 +168,8 @@ def schedule_matmul(
     sch.reverse_compute_at(out, outer)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, sch.get_loops(acc)[1])  # the first reduction loop
-    vectorize_inner(sch, out, cfg.lanes)
+    if len(sch.get_loops(out)) > 1:  # a 1x1 tile's write-back has no loop under `outer`
+        vectorize_inner(sch, out, cfg.lanes)
     return sch.mod["main"]
 
 

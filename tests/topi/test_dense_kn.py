@@ -83,8 +83,16 @@ def test_dense_kn_rejects_row_tiles_across_leading_axes():
         topi_accel.dense_kn_func((2, 3, 4), 16, 32, cfg)
 
 
-# (batch, M, K, N): attention's Q @ K^T and P @ V (BERT-base, 12 heads, seq 128), tails
-BATCH_SHAPES = [(12, 128, 64, 128), (12, 128, 128, 64), (3, 7, 5, 24), (2, 97, 33, 48), (4, 1, 16, 7)]
+# (batch, M, K, N): attention's Q @ K^T and P @ V (BERT-base, 12 heads, seq 128), tails, and a
+# batch of dot products (a 1x1 tile: MobileViT's export, declined before)
+BATCH_SHAPES = [
+    (12, 128, 64, 128),
+    (12, 128, 128, 64),
+    (3, 7, 5, 24),
+    (2, 97, 33, 48),
+    (4, 1, 16, 7),
+    (8, 1, 32, 1),
+]
 
 
 @pytest.mark.parametrize("target", ["accel", {"tag": "accel", "num-cores": 1}], ids=["accel", "1core"])
