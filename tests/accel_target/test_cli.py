@@ -1,7 +1,16 @@
-"""accel-tvm, run for real in subprocesses: compile an ONNX file, load the library in a fresh
-process without our package, compare with ONNX Runtime; every error case gives one line and exit 1."""
+"""accel-tvm: compile an ONNX file, load the library in a fresh process without our package,
+compare with ONNX Runtime; every error case gives one line and exit 1.
 
+Most commands run in this process, through `cli.main` with its output captured: a process of
+their own would spend 3.5 s importing PyTorch and TVM each. The tests about the process itself
+run in one: the console script, ``python -m accel_target`` (the module fixture's compile, an
+error's exit code, --debug's traceback) and the library loaded without our package.
+"""
+
+import contextlib
+import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,15 +26,33 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+from accel_target import cli
 from tests.accel_target.test_symbolic_onnx import cnn
 
 pytestmark = pytest.mark.slow
 
 
-def accel_tvm(*args, cwd):
+def accel_tvm_process(*args, cwd):
+    """``python -m accel_target ARGS`` in `cwd`, a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "accel_target", *map(str, args)], cwd=cwd, capture_output=True, text=True
     )
+
+
+def accel_tvm(*args, cwd):
+    """accel-tvm ARGS in `cwd`, run by `cli.main` in this process; its exit code and what it
+    printed, as from `accel_tvm_process`."""
+    stdout, stderr, before = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = cli.main([str(a) for a in args])
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
 
 
 def _onnx_cnn(path, batch=1):
@@ -40,7 +67,7 @@ def workdir(tmp_path_factory):
     _onnx_cnn(d / "cnn.onnx")
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
     np.save(d / "x.npy", x)
-    result = accel_tvm("compile", "cnn.onnx", "-o", "cnn.so", "--report", cwd=d)
+    result = accel_tvm_process("compile", "cnn.onnx", "-o", "cnn.so", "--report", cwd=d)
     assert result.returncode == 0, result.stderr
     return d, result
 
@@ -149,7 +176,7 @@ def _error(result, *words):
 
 
 def test_error_missing_file(tmp_path):
-    _error(accel_tvm("compile", "nothere.onnx", "-o", "x.so", cwd=tmp_path), "nothere.onnx", "does not exist")
+    _error(accel_tvm_process("compile", "nothere.onnx", "-o", "x.so", cwd=tmp_path), "nothere.onnx", "does not exist")
 
 
 def test_error_malformed_onnx(tmp_path):
@@ -186,7 +213,7 @@ def test_error_wrong_input_shape_and_dtype(workdir):
 
 
 def test_debug_shows_traceback(tmp_path):
-    result = accel_tvm("compile", "nothere.onnx", "-o", "x.so", "--debug", cwd=tmp_path)
+    result = accel_tvm_process("compile", "nothere.onnx", "-o", "x.so", "--debug", cwd=tmp_path)
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
