@@ -87,6 +87,23 @@ def _shape_heaps(func: relax.Function) -> set:
     }
 
 
+def _key(calls: list) -> tuple:
+    """What tells merged kernels apart: the kernels called, and how their arguments repeat."""
+    return tuple(c.op for c in calls), shared_launch.argument_pattern([list(c.args) for c in calls])[1]
+
+
+def _members(calls: list) -> int:
+    """How many of a run's kernel `calls` (its first 2 * MAX_MEMBERS at most) to merge:
+    MAX_MEMBERS, or a whole number of periods where the run repeats itself within that (a
+    block per sample, `accel_target.microbatch`), so that every period after the first calls
+    the same merged kernel instead of a copy of its own (compile time: a merged kernel
+    holds a copy of each member)."""
+    for period in range(1, min(MAX_MEMBERS, len(calls) // 2) + 1):
+        if _key(calls[:period]) == _key(calls[period : 2 * period]):
+            return period * (MAX_MEMBERS // period)
+    return MAX_MEMBERS
+
+
 class _Runs:
     """The runs of one function's bindings and their merged kernels."""
 
@@ -120,13 +137,14 @@ class _Runs:
         out, i = [], 0
         while i < len(bindings):
             kernels, j = [], i  # the run from i: kernel calls and movable bindings
-            while j < len(bindings) and len(kernels) < MAX_MEMBERS:
+            while j < len(bindings) and len(kernels) < 2 * MAX_MEMBERS:
                 role = _role(bindings[j], self.heaps)
                 if role == "kernel" and self.part(bindings[j]) is not None:
                     kernels.append(j)
                 elif role not in ("move", "release"):
                     break
                 j += 1
+            kernels = kernels[: _members([bindings[k].value for k in kernels])]
             parallel = [k for k in kernels if self.joining[bindings[k].value.op].parallel]
             if len(parallel) < 2 or i != parallel[0]:
                 out.append(bindings[i])  # (a run starts at a parallel kernel)
@@ -142,8 +160,8 @@ class _Runs:
         """The bindings of `run` with its kernel calls as one: allocations and views first,
         then the call, then the releases."""
         calls = [b for b in run if _role(b, self.heaps) == "kernel"]
-        args, pattern = shared_launch.argument_pattern([list(b.value.args) for b in calls])
-        key = (tuple(b.value.op for b in calls), pattern)
+        args, _ = shared_launch.argument_pattern([list(b.value.args) for b in calls])
+        key = _key([b.value for b in calls])
         if key not in self.merged:  # (a run repeated, a block of a model per sample, is one kernel)
             func, _ = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
             names = [b.value.op.name_hint for b in calls]
