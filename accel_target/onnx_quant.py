@@ -35,7 +35,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 from tvm.relax.frontend.onnx.onnx_frontend import get_constant
 
-from strategy.layout import constant_array
+from strategy.layout import array_constant, constant_array
 
 # op type -> positions of its inputs that TVM's converter needs as constants (a shape it
 # cannot read from a tensor computed at run time: "Reshape requires the input new shape to be
@@ -194,7 +194,7 @@ class ConstantOfShape(stock.ConstantOfShape):
         value = stock.get_numpy(value).reshape(-1) if value is not None else np.zeros(1, "float32")
         shape = constant_array(shape).tolist()
         if len(shape) <= 1:  # a scalar or a vector (often a shape): a constant, as the converters after it read
-            return relax.const(np.full(shape, value[0], value.dtype))
+            return array_constant(np.full(shape, value[0], value.dtype))
         return relax.op.full(relax.ShapeExpr(shape), relax.const(value[0], str(value.dtype)), str(value.dtype))
 
 
@@ -311,7 +311,7 @@ class ConvInteger(stock.OnnxOpConverter):
             x = bb.normalize(relax.op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right], "constant", float(zx)))
         conv = relax.op.nn.conv2d(
             x,
-            relax.const(w8),
+            array_constant(w8),
             strides=[int(v) for v in attr.get("strides", [1, 1])],
             dilation=[int(v) for v in attr.get("dilations", [1, 1])],
             groups=int(attr.get("group", 1)),
@@ -320,7 +320,7 @@ class ConvInteger(stock.OnnxOpConverter):
         if zx == 0:
             return conv
         correction = (zx * w8.astype(np.int64).reshape(w8.shape[0], -1).sum(axis=1)).astype("int32")
-        return relax.op.subtract(bb.normalize(conv), relax.const(correction.reshape(1, -1, 1, 1)))
+        return relax.op.subtract(bb.normalize(conv), array_constant(correction.reshape(1, -1, 1, 1)))
 
     @classmethod
     def _widened(cls, bb, inputs, attr, params):
@@ -352,10 +352,10 @@ class MatMulInteger(stock.MatMulInteger):
         scalar = za is None or all(int(d) == 1 for d in bb.normalize(za).ty.shape)
         if b8 is None or b8.ndim != 2 or not scalar:
             return super()._impl_v10(bb, inputs, attr, params)
-        y = relax.op.matmul(a, relax.const(b8), out_dtype="int32")
+        y = relax.op.matmul(a, array_constant(b8), out_dtype="int32")
         if za is None:
             return y
-        column_sums = relax.const(b8.astype(np.int64).sum(axis=0).astype("int32"))
+        column_sums = array_constant(b8.astype(np.int64).sum(axis=0).astype("int32"))
         za32 = relax.op.reshape(relax.op.astype(za, "int32"), [])
         return relax.op.subtract(bb.normalize(y), relax.op.multiply(za32, column_sums))
 

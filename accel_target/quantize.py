@@ -30,7 +30,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import constant_array, static_shape
+from strategy.layout import array_constant, constant_array, static_shape
 
 from .reporting import calls_of
 from .transforms import NUMPY_OPS, numpy_call
@@ -444,7 +444,7 @@ class _QDQRewriter(PyExprMutator):
         """(astype(x) - zp) * scale as elementwise ops; a constant's value folded."""
         folded = self._evaluate(call)
         if folded is not None:
-            return relax.const(folded.astype(str(call.attrs.out_dtype)))
+            return array_constant(folded.astype(str(call.attrs.out_dtype)))
         params = self._qparams(call)
         if params is None:
             return None

@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from strategy.layout import constant_array, same_dims, tensor_shape
+from strategy.layout import array_constant, constant_array, same_dims, tensor_shape
 
 from . import indexing
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
@@ -105,7 +105,7 @@ def _as_relax(value) -> relax.Expr:
     """A relax constant (or tuple of constants) holding a PyTorch value."""
     if isinstance(value, (tuple, list)):
         return relax.Tuple([_as_relax(v) for v in value])
-    return relax.const(value.detach().contiguous().numpy())
+    return array_constant(value.detach().contiguous().numpy())
 
 
 Converter = Callable[[Any, Any], relax.Expr]
@@ -154,7 +154,7 @@ def _static(dims: list, what: str) -> list[int]:
 def _causal_bias(length: int, kv_length: int, dtype: str) -> relax.Expr:
     """is_causal's additive mask (top left aligned, as PyTorch's): -inf above the diagonal."""
     allowed = np.tril(np.ones((length, kv_length), bool))
-    return relax.const(np.where(allowed, 0.0, -np.inf).astype(dtype))
+    return array_constant(np.where(allowed, 0.0, -np.inf).astype(dtype))
 
 
 def _mask_bias(bb: relax.BlockBuilder, mask: relax.Expr, dtype: str) -> relax.Expr:
@@ -162,7 +162,7 @@ def _mask_bias(bb: relax.BlockBuilder, mask: relax.Expr, dtype: str) -> relax.Ex
     (computed here when the mask is a constant)."""
     if isinstance(mask, tvm.ir.expr.Constant):
         array = constant_array(mask)
-        return relax.const(np.where(array, 0.0, -np.inf).astype(dtype) if array.dtype == bool else array)
+        return array_constant(np.where(array, 0.0, -np.inf).astype(dtype) if array.dtype == bool else array)
     if str(mask.ty.dtype) != "bool":
         return mask
     zero, minus_inf = relax.const(0.0, dtype), relax.const(-np.inf, dtype)
@@ -321,7 +321,7 @@ def index_tensor(node, importer) -> relax.Expr:
         return importer._index_tensor(node)
     sizes, first = [shape[axis] for axis in axes], axes[0]
     if all(isinstance(i, tvm.ir.expr.Constant) for i in indices):
-        merged = relax.const(_merged_constant([constant_array(i) for i in indices], axes, shape))
+        merged = array_constant(_merged_constant([constant_array(i) for i in indices], axes, shape))
     else:
         merged = _merged_runtime(bb, indices, axes, shape)
     if axes != list(range(first, first + len(axes))):  # apart: the broadcast axes lead

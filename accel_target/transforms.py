@@ -42,7 +42,7 @@ import tvm_ffi
 from tvm import relax, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import constant_array, permutation, static_shape, tensor_shape
+from strategy.layout import array_constant, constant_array, permutation, static_shape, tensor_shape
 
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
@@ -380,9 +380,7 @@ class _LayoutSimplifier(PyExprMutator):
             [axes.index(j) - 1 for j in range(1, len(axes))] + [len(axes) - 1]
         )
         new_flat = self.builder_.emit(relax.op.reshape(x, flat_shape))
-        return relax.op.matmul(
-            new_flat, relax.const(np.ascontiguousarray(rows.reshape(w.shape))), out_dtype=call.attrs.out_dtype
-        )
+        return relax.op.matmul(new_flat, array_constant(rows.reshape(w.shape)), out_dtype=call.attrs.out_dtype)
 
 
 @tvm.transform.module_pass(opt_level=0, name="SimplifyLayouts")
@@ -595,21 +593,25 @@ _SHAPE_OPS = {
 NUMPY_OPS = _BINARY.keys() | _UNARY.keys() | _SHAPE_OPS.keys()
 
 
-def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray]) -> np.ndarray:
+def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray], dtype: str | None = None) -> np.ndarray:
     """The value of `call` (op `name`, one of NUMPY_OPS) on `arrays`, the values of its tensor
-    operands, computed in numpy and cast to the call's dtype."""
+    operands, computed in numpy and cast to `dtype` (default: the call's)."""
     if name in _BINARY:
         result = _BINARY[name](*arrays)
     elif name in _UNARY:
         result = _UNARY[name](arrays[0])
     else:
         result = _SHAPE_OPS[name](arrays[0], call)
-    return np.asarray(result, dtype=str(call.ty.dtype))
+    return np.asarray(result, dtype=dtype or str(call.ty.dtype))
 
 
 @mutator
 class _NumpyFolder(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
+        # the dtype the module gives the call: TVM's ONNX importer makes int32 constants that it
+        # broadcasts to int64 tensors (BEIT's position indices); the call rebuilt on them says
+        # int32, and an add of it to an int64 tensor fails to type-check
+        declared = str(call.ty.dtype) if isinstance(call.ty, relax.TensorType) else None
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name not in NUMPY_OPS:
@@ -620,7 +622,7 @@ class _NumpyFolder(PyExprMutator):
         if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
             return call
         arrays = [constant_array(a) for a in operands]
-        return relax.const(np.ascontiguousarray(numpy_call(name, call, arrays)))
+        return array_constant(numpy_call(name, call, arrays, declared))
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")

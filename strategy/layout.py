@@ -88,6 +88,14 @@ def constant_array(const) -> np.ndarray:
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value, dtype=str(const.ty.dtype))
 
 
+def array_constant(array) -> relax.Expr:
+    """`array` as a relax constant of its own dtype: relax.const alone makes an int64 array
+    int32 and a float64 one float32 (a folded index then meets int64 tensors it no longer
+    type-checks with)."""
+    array = np.ascontiguousarray(array)
+    return relax.const(array, str(array.dtype))
+
+
 def constant_in(const, layout: str, canonical: str) -> np.ndarray:
     """The value of a relax constant in `layout`, transposed to `canonical` axes."""
     return constant_array(const).transpose(permutation(layout, canonical))
@@ -122,7 +130,7 @@ def pack_weight(
     layout_transform that does the reordering and the packing together.
     """
     if isinstance(weight, tvm.ir.expr.Constant):
-        return relax.const(map_array(index_map, constant_in(weight, layout, canonical)))
+        return array_constant(map_array(index_map, constant_in(weight, layout, canonical)))
     order = permutation(layout, canonical)
     full_map = IndexMap.from_func(lambda *axes: index_map.map_indices([axes[i] for i in order]), ndim=len(layout))
     call = bb.normalize(relax.op.layout_transform(weight, full_map, pad_value=0.0))

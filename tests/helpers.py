@@ -12,7 +12,7 @@ from tvm.target import codegen
 
 import accel_target  # noqa: F401  (registers the target)
 from accel_target.reporting import module_kernels
-from strategy.layout import map_array
+from strategy.layout import array_constant, map_array
 
 RNG = np.random.default_rng(0)
 
@@ -109,7 +109,7 @@ def single_op_module(make_call, params: dict[str, np.ndarray], consts: dict[str,
     with bb.function("main", list(args.values())):
         with bb.dataflow():
             values = dict(args)
-            values.update({name: relax.const(a) for name, a in consts.items()})
+            values.update({name: array_constant(a) for name, a in consts.items()})
             out = bb.emit_output(make_call(**values))
         bb.emit_func_output(out)
     return bb.get()

@@ -196,6 +196,35 @@ def test_numpy_folding_matches_tvm_folding():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_numpy_folding_keeps_int64():
+    """An int64 index table folded stays int64, values past int32 too (relax.const alone makes
+    an int64 array int32: the add to an int64 input then failed to type-check, and the whole
+    pass was declined; BEIT's ONNX export)."""
+    table = np.array([0, 1, 2**40], "int64")
+    mod = single_op_module(
+        lambda x, t: relax.op.add(x, relax.op.multiply(relax.op.broadcast_to(t, [2, 3]), t)),
+        {"x": np.arange(6, dtype="int64").reshape(2, 3)},
+        {"t": table},
+    )
+    folded = relax.transform.DeadCodeElimination()(FoldConstantNumpy()(mod))
+    assert _ops(folded) == ["relax.add"]
+    assert str(folded["main"].ret_ty.dtype) == "int64"
+    x = np.arange(6, dtype="int64").reshape(2, 3)
+    np.testing.assert_array_equal(run_relax(folded, [x], target="llvm"), x + table * table)
+
+
+def test_a_pytorch_value_of_no_input_keeps_int64():
+    """A value computed from no input becomes a constant of its own dtype: int64 past int32."""
+
+    class Offsets(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.arange(4) * 2**33
+
+    x = torch.arange(4)
+    executable = accel_target.build(accel_target.from_torch(Offsets(), (x,)))
+    np.testing.assert_array_equal(run_executable(executable, x.numpy()), Offsets()(x).numpy())
+
+
 def test_convert_input_layout_signature():
     x = rand(1, 3, 4, 5)
     mod = convert_input_layout(single_op_module(lambda x: relax.op.nn.relu(x), {"x": x}, {}), "NHWC")
