@@ -44,6 +44,7 @@ from strategy.registry import attempt, recording_declines, suspended
 
 from . import deploy, launches
 from .deploy import AccelExecutable
+from .folding import fold_constant_subgraphs
 from .indexing import check_indexing
 from .inplace import write_in_place
 from .launches import share_launches
@@ -112,8 +113,10 @@ def graph_passes() -> list[tvm.transform.Pass]:
             FoldConstantNumpy(),
             convert_layout,
             FoldConstantNumpy(),
-            # what numpy does not fold; once: it compiles a kernel for every call it checks
-            # (running it after each numpy folding, too, changed no model's result)
+            # what numpy does not fold, in one build (accel_target/folding.py)
+            fold_constant_subgraphs,
+            # what is left; once: it compiles a kernel for every call it checks (running it
+            # after each numpy folding, too, changed no model's result)
             relax.transform.FoldConstant(),
             SimplifyLayouts(),
             FoldConstantNumpy(),

@@ -8,6 +8,7 @@ from tvm import relax, te, topi
 
 import accel_target
 import topi_accel
+from accel_target.folding import fold_constant_subgraphs
 from accel_target.pipeline import graph_passes
 from accel_target.reporting import calls_of
 from accel_target.transforms import (
@@ -211,6 +212,29 @@ def test_numpy_folding_keeps_int64():
     assert str(folded["main"].ret_ty.dtype) == "int64"
     x = np.arange(6, dtype="int64").reshape(2, 3)
     np.testing.assert_array_equal(run_relax(folded, [x], target="llvm"), x + table * table)
+
+
+def test_values_of_constants_alone_fold_in_one_build(monkeypatch):
+    """An index table computed from constants by ops numpy does not fold (concat, where, take:
+    BEIT's relative positions in ONNX) becomes one constant, made by one build; the input's
+    part stays."""
+    builds = []
+    compile_ = tvm.compile
+    monkeypatch.setattr(tvm, "compile", lambda *a, **k: builds.append(a) or compile_(*a, **k))
+    rows, table = np.array([[0, -1], [2, 1]], "int64"), np.arange(12, dtype="float32").reshape(4, 3)
+
+    def make(x, r, t):
+        r = relax.op.concat([r, relax.op.flip(r, axis=0)], axis=0)
+        r = relax.op.where(relax.op.less(r, relax.const(0, "int64")), relax.op.add(r, relax.const(4, "int64")), r)
+        bias = relax.op.take(t, relax.op.reshape(r, [8]), axis=0)
+        return relax.op.add(x, relax.op.sum(bias, axis=[1]))
+
+    mod = single_op_module(make, {"x": rand(8)}, {"r": rows, "t": table})
+    folded = fold_constant_subgraphs(mod)
+    assert _ops(folded) == ["relax.add"] and len(builds) == 1
+    x = rand(8)
+    index = np.concatenate([rows, rows[::-1]]).reshape(8)
+    assert_close(run_relax(folded, [x], target="llvm"), x + table[np.where(index < 0, index + 4, index)].sum(1))
 
 
 def test_a_pytorch_value_of_no_input_keeps_int64():
