@@ -51,12 +51,18 @@ def _small_tensor(var: relax.Var) -> bool:
 
 
 def _constant_bindings(func: relax.Function) -> list:
-    """The bindings of `func` whose values depend on constants alone, in order."""
+    """The bindings of `func` whose values depend on constants alone (no input, no shape
+    variable), in order."""
     known, found = set(), []
     for block in func.body.blocks:
         for binding in block.bindings:
             value = binding.value
-            if isinstance(binding, relax.VarBinding) and _pure_call(value) and _free_vars(value) <= known:
+            if (
+                isinstance(binding, relax.VarBinding)
+                and _pure_call(value)
+                and _free_vars(value) <= known
+                and not relax.analysis.free_symbolic_vars(value)
+            ):
                 known.add(binding.var)
                 found.append(binding)
     return found
