@@ -62,10 +62,17 @@ from .transforms import (
     convert_output_layout,
 )
 
-# Only conv2d is asked for a layout; pooling, norms, concat, pad, resize,
+# Only the convs are asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
-# their FRelaxInferLayout (ConvertLayout refuses a desired layout for them).
-DESIRED_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "OHWI"], "relax.nn.conv1d": ["NWC", "OWI"]}
+# their FRelaxInferLayout (ConvertLayout refuses a desired layout for them). The
+# transposed convs are held to the one layout TVM legalizes: following their input to
+# channels-last, they were left as ops the VM cannot run (DPT's neck: no build at all).
+DESIRED_LAYOUTS = {
+    "relax.nn.conv2d": ["NHWC", "OHWI"],
+    "relax.nn.conv1d": ["NWC", "OWI"],
+    "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
+    "relax.nn.conv1d_transpose": ["NCW", "IOW"],
+}
 
 
 @tvm.transform.module_pass(opt_level=0, name="ConvertLayout")

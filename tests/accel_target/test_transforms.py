@@ -237,6 +237,19 @@ def test_values_of_constants_alone_fold_in_one_build(monkeypatch):
     assert_close(run_relax(folded, [x], target="llvm"), x + table[np.where(index < 0, index + 4, index)].sum(1))
 
 
+@pytest.mark.parametrize("dims", [1, 2])
+def test_a_transposed_conv_between_convs_builds_and_matches(dims):
+    """The convs go channels-last; the transposed conv between them stays in the layout TVM
+    legalizes (it followed its input to channels-last, and the VM could not run it)."""
+    conv, up = (torch.nn.Conv1d, torch.nn.ConvTranspose1d) if dims == 1 else (torch.nn.Conv2d, torch.nn.ConvTranspose2d)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(conv(3, 8, 3, padding=1), torch.nn.ReLU(), up(8, 4, 4, stride=4), conv(4, 2, 1)).eval()
+    x = torch.randn(1, 3, *[8] * dims)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    with torch.no_grad():
+        assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+
+
 def test_a_pytorch_value_of_no_input_keeps_int64():
     """A value computed from no input becomes a constant of its own dtype: int64 past int32."""
 
