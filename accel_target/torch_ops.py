@@ -332,6 +332,26 @@ def index_tensor(node, importer) -> relax.Expr:
     return bb.emit(relax.op.take(flat, merged, axis=first, mode="clip"))
 
 
+def unfold(node, importer) -> relax.Expr:
+    """aten.unfold(x, dim, size, step): the windows x[..., i * step : i * step + size, ...]
+    along `dim` (of static size), their elements on a new last axis (PatchTST's patches): one
+    take of every window's elements, then the window's axis moved last. TVM has no converter."""
+    bb = importer.block_builder
+    data = importer.env[node.args[0]]
+    dim, size, step = (int(v) for v in node.args[1:4])
+    shape = tensor_shape(data)
+    dim %= len(shape)
+    if not isinstance(shape[dim], int):
+        raise ValueError(f"accel: unfold of dimension {dim}, of symbolic size {shape[dim]}, is not supported")
+    windows = (shape[dim] - size) // step + 1
+    index = (np.arange(windows)[:, None] * step + np.arange(size)).reshape(-1)
+    # "clip": every index is inside by construction (checked_indexing leaves the take)
+    taken = bb.emit(relax.op.take(data, array_constant(index), axis=dim, mode="clip"))
+    split = bb.emit(relax.op.reshape(taken, [*shape[:dim], windows, size, *shape[dim + 1 :]]))
+    order = [a for a in range(len(shape) + 1) if a != dim + 1] + [dim + 1]
+    return bb.emit(relax.op.permute_dims(split, order))
+
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "cumsum.default": cumsum,
@@ -342,6 +362,7 @@ CONVERTERS: dict[str, Converter] = {
     "ne.Scalar": _comparison(relax.op.not_equal, operator.ne),
     "ne.Tensor": _comparison(relax.op.not_equal, operator.ne),
     "concat.default": cat,
+    "unfold.default": unfold,
     **QUANTIZED_OPS,
 }
 
