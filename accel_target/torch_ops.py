@@ -332,6 +332,19 @@ def index_tensor(node, importer) -> relax.Expr:
     return bb.emit(relax.op.take(flat, merged, axis=first, mode="clip"))
 
 
+def _extremum(op) -> Converter:
+    """aten.amax / aten.amin(x, dim=(), keepdim=False): over `dim`, every axis when it is
+    empty (Reformer's amax); TVM's importer has neither."""
+
+    def convert(node, importer) -> relax.Expr:
+        dims = _scalar(node, 1, "dim", ())
+        dims = [int(d) for d in dims] if isinstance(dims, (list, tuple)) else [int(dims)]
+        data = importer.env[node.args[0]]
+        return importer.block_builder.emit(op(data, dims or None, bool(_scalar(node, 2, "keepdim", False))))
+
+    return convert
+
+
 def unfold(node, importer) -> relax.Expr:
     """aten.unfold(x, dim, size, step): the windows x[..., i * step : i * step + size, ...]
     along `dim` (of static size), their elements on a new last axis (PatchTST's patches): one
@@ -363,6 +376,8 @@ CONVERTERS: dict[str, Converter] = {
     "ne.Tensor": _comparison(relax.op.not_equal, operator.ne),
     "concat.default": cat,
     "unfold.default": unfold,
+    "amax.default": _extremum(relax.op.max),
+    "amin.default": _extremum(relax.op.min),
     **QUANTIZED_OPS,
 }
 

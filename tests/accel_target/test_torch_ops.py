@@ -29,3 +29,20 @@ def test_unfold_windows_as_pytorch(shape, dim, size, step):
     model, x = _Unfold(dim, size, step), torch.randn(*shape)
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+
+
+class _Extremum(torch.nn.Module):
+    def __init__(self, op, **kwargs):
+        super().__init__()
+        self.op, self.kwargs = op, kwargs
+
+    def forward(self, x):
+        return self.op(x, **self.kwargs) + 1
+
+
+@pytest.mark.parametrize("op", [torch.amax, torch.amin], ids=["amax", "amin"])
+@pytest.mark.parametrize("kwargs", [{"dim": -1}, {"dim": (0, 2), "keepdim": True}, {}], ids=["last", "two", "all"])
+def test_amax_and_amin_as_pytorch(op, kwargs):
+    model, x = _Extremum(op, **kwargs), torch.randn(3, 4, 5)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(run_executable(executable, x.numpy()), model(x).numpy())
