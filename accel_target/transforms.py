@@ -608,9 +608,9 @@ def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray], dtype: str
 @mutator
 class _NumpyFolder(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
-        # the dtype the module gives the call: TVM's ONNX importer makes int32 constants that it
-        # broadcasts to int64 tensors (BEIT's position indices); the call rebuilt on them says
-        # int32, and an add of it to an int64 tensor fails to type-check
+        # the dtype the module gives the call, whatever the dtype of an operand folded before
+        # (relax.const made int64 folds int32: the call rebuilt on one said int32, and an add
+        # of it to an int64 tensor failed to type-check, BEIT's position indices)
         declared = str(call.ty.dtype) if isinstance(call.ty, relax.TensorType) else None
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
