@@ -87,9 +87,11 @@ def _shape_heaps(func: relax.Function) -> set:
     }
 
 
-def _key(calls: list) -> tuple:
-    """What tells merged kernels apart: the kernels called, and how their arguments repeat."""
-    return tuple(c.op for c in calls), shared_launch.argument_pattern([list(c.args) for c in calls])[1]
+def _key(calls: list) -> tuple[tuple, list]:
+    """(what tells merged kernels apart: the kernels called and how their arguments repeat;
+    the calls' distinct arguments, the merged kernel's)."""
+    args, pattern = shared_launch.argument_pattern([list(c.args) for c in calls])
+    return (tuple(c.op for c in calls), pattern), args
 
 
 def _members(calls: list) -> int:
@@ -99,7 +101,7 @@ def _members(calls: list) -> int:
     the same merged kernel instead of a copy of its own (compile time: a merged kernel
     holds a copy of each member)."""
     for period in range(1, min(MAX_MEMBERS, len(calls) // 2) + 1):
-        if _key(calls[:period]) == _key(calls[period : 2 * period]):
+        if _key(calls[:period])[0] == _key(calls[period : 2 * period])[0]:
             return period * (MAX_MEMBERS // period)
     return MAX_MEMBERS
 
@@ -160,8 +162,7 @@ class _Runs:
         """The bindings of `run` with its kernel calls as one: allocations and views first,
         then the call, then the releases."""
         calls = [b for b in run if _role(b, self.heaps) == "kernel"]
-        args, _ = shared_launch.argument_pattern([list(b.value.args) for b in calls])
-        key = _key([b.value for b in calls])
+        key, args = _key([b.value for b in calls])
         if key not in self.merged:  # (a run repeated, a block of a model per sample, is one kernel)
             func, _ = shared_launch.merge([(self.joining[b.value.op], list(b.value.args)) for b in calls])
             names = [b.value.op.name_hint for b in calls]

@@ -593,25 +593,21 @@ _SHAPE_OPS = {
 NUMPY_OPS = _BINARY.keys() | _UNARY.keys() | _SHAPE_OPS.keys()
 
 
-def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray], dtype: str | None = None) -> np.ndarray:
+def numpy_call(name: str, call: relax.Call, arrays: list[np.ndarray]) -> np.ndarray:
     """The value of `call` (op `name`, one of NUMPY_OPS) on `arrays`, the values of its tensor
-    operands, computed in numpy and cast to `dtype` (default: the call's)."""
+    operands, computed in numpy and cast to the call's dtype."""
     if name in _BINARY:
         result = _BINARY[name](*arrays)
     elif name in _UNARY:
         result = _UNARY[name](arrays[0])
     else:
         result = _SHAPE_OPS[name](arrays[0], call)
-    return np.asarray(result, dtype=dtype or str(call.ty.dtype))
+    return np.asarray(result, dtype=str(call.ty.dtype))
 
 
 @mutator
 class _NumpyFolder(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
-        # the dtype the module gives the call, whatever the dtype of an operand folded before
-        # (relax.const made int64 folds int32: the call rebuilt on one said int32, and an add
-        # of it to an int64 tensor failed to type-check, BEIT's position indices)
-        declared = str(call.ty.dtype) if isinstance(call.ty, relax.TensorType) else None
         call = self.visit_expr_post_order(call)
         name = _op_name(call)
         if name not in NUMPY_OPS:
@@ -622,7 +618,7 @@ class _NumpyFolder(PyExprMutator):
         if not all(isinstance(a, tvm.ir.expr.Constant) for a in operands):
             return call
         arrays = [constant_array(a) for a in operands]
-        return array_constant(numpy_call(name, call, arrays, declared))
+        return array_constant(numpy_call(name, call, arrays))
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantNumpy")
