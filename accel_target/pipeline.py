@@ -17,7 +17,8 @@ and `tune` all run (`run_phases`):
 
 The contract: accel never fails where stock TVM succeeds. Each step of ours applies
 or leaves what it would change as it was: a graph pass that raises (or leaves a
-module that is not well-formed) gives back the module it was handed; a kernel rewrite
+module that is not well-formed) gives back the module it was handed; ConvertLayout, where
+it leaves an op in a layout that TVM has no kernel for, is undone (`run_phases`); a kernel rewrite
 (epilogue, parallelization, WriteInPlace, InsertPrefetches, SerialSmallKernels, ClaimIterations) that
 raises on one kernel leaves that kernel as it was; a strategy that raises gives the
 op to the next implementation or TVM's kernel (strategy/dispatch.py). Each such
@@ -40,7 +41,7 @@ import strategy.conv2d
 import topi_accel
 from strategy import select
 from strategy import strict as strict_mode
-from strategy.registry import attempt, recording_declines, suspended
+from strategy.registry import attempt, decline, keep, provisional_declines, recording_declines, suspended
 
 from . import deploy, launches
 from .deploy import AccelExecutable
@@ -73,6 +74,7 @@ DESIRED_LAYOUTS = {
     "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
     "relax.nn.conv1d_transpose": ["NCW", "IOW"],
 }
+_CONVERTING = contextvars.ContextVar("accel_convert_layout", default=True)
 
 
 @tvm.transform.module_pass(opt_level=0, name="ConvertLayout")
@@ -82,8 +84,9 @@ def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
     (TVM 0.27's ConvertLayout dies with std::bad_alloc, raised as an InternalError, on a
     squeeze with negative axes: SimplifyLayouts, before it, counts them from the front.)
+    Off where it left an op in a layout that TVM has no kernel for (see run_phases).
     """
-    if not calls_of(mod, DESIRED_LAYOUTS):
+    if not _CONVERTING.get() or not calls_of(mod, DESIRED_LAYOUTS):
         return mod
     return relax.transform.ConvertLayout(DESIRED_LAYOUTS)(PadAsConv()(mod))
 
@@ -307,16 +310,58 @@ PHASES = (
 )
 
 
+_LAYOUT_ATTRS = ("data_layout", "kernel_layout", "layout", "out_layout")
+
+
+def unlegalized_layouts(mod: tvm.IRModule) -> list[str]:
+    """The op calls with a layout that LegalizeOps left in `mod`'s Relax functions, each
+    named with its layouts: TVM has no kernel for the op in that layout (its legalization
+    hands such a call back as it was, and the VM cannot run it)."""
+    left = []
+
+    def visit(expr):
+        op = getattr(expr, "op", None)
+        if isinstance(expr, relax.Call) and isinstance(op, tvm.ir.Op) and op.get_attr("FLegalize") is not None:
+            layouts = [f"{k} {getattr(expr.attrs, k)}" for k in _LAYOUT_ATTRS if hasattr(expr.attrs, k)]
+            if layouts:
+                left.append(f"{op.name} ({', '.join(layouts)})")
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return left
+
+
 def run_phases(
     mod: tvm.IRModule, target: tvm.target.Target, first: str = "graph", last: str = "lowering"
 ) -> dict[str, tvm.IRModule]:
-    """Run the PHASES from `first` to `last` (by default all) on `mod` under `target`: each one's result by name."""
+    """Run the PHASES from `first` to `last` (by default all) on `mod` under `target`: each one's result by name.
+
+    Where the graph and legalize phases both run and LegalizeOps leaves an op in a layout
+    that ConvertLayout gave it and TVM has no kernel for (`unlegalized_layouts`),
+    ConvertLayout is declined: the phases run again without it, and the first attempt's
+    declines are dropped."""
     names = [p.name for p in PHASES]
-    out = {}
-    for phase in PHASES[names.index(first) : names.index(last) + 1]:
-        with target, suspended() if phase.suspend_strategies else contextlib.nullcontext():
-            mod = tvm.transform.Sequential(phase.passes(target))(mod)
-        out[phase.name] = mod
+    phases = PHASES[names.index(first) : names.index(last) + 1]
+    checked = _CONVERTING.get() and first == "graph" and "legalize" in [p.name for p in phases]
+    out, left = {}, []
+    with provisional_declines() if checked else contextlib.nullcontext() as attempt_declines:
+        current = mod
+        for phase in phases:
+            with target, suspended() if phase.suspend_strategies else contextlib.nullcontext():
+                current = tvm.transform.Sequential(phase.passes(target))(current)
+            out[phase.name] = current
+            if checked and phase.name == "legalize" and (left := unlegalized_layouts(current)):
+                break
+    if left:
+        decline("ConvertLayout", "module", f"TVM has no kernel for {'; '.join(dict.fromkeys(left))}")
+        token = _CONVERTING.set(False)
+        try:
+            return run_phases(mod, target, first, last)
+        finally:
+            _CONVERTING.reset(token)
+    if checked:
+        keep(attempt_declines)
     return out
 
 
@@ -385,12 +430,13 @@ def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, ou
     target = tvm.target.Target(target)
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
     with _strictness(strict), recording_declines() as declines:
-        graph = _graph(mod, params, target, input_layout, output_layout)
+        with target:
+            prepared = _prepare(mod, params, input_layout, output_layout)
         with topi_accel.tuning.using(db), _noting_fusion() as groups:
-            done = run_phases(graph, target, "legalize", "kernels")
+            done = run_phases(prepared, target, "graph", "kernels")
     if any(d.step == "FuseOps" for d in declines):  # declined: the module was left unfused
         groups = []
-    return done["kernels"], Report.of_modules(graph, done["legalize"], groups, declines)
+    return done["kernels"], Report.of_modules(done["graph"], done["legalize"], groups, declines)
 
 
 def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):

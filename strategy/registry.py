@@ -176,6 +176,22 @@ def recording_declines() -> Iterator[list]:
         yield log
 
 
+@contextlib.contextmanager
+def provisional_declines() -> Iterator[list]:
+    """``with provisional_declines() as log:`` collects the Declines of the block in `log`
+    alone, for an attempt that may be discarded; `keep(log)` passes them on to the blocks
+    open around it."""
+    log: list = []
+    with _setting(_DECLINES, (log,)):
+        yield log
+
+
+def keep(declines: list) -> None:
+    """Add `declines` (from `provisional_declines`) to every open `recording_declines()` block."""
+    for log in _DECLINES.get():
+        log.extend(declines)
+
+
 def reason_of(err: BaseException) -> str:
     """One line naming what went wrong: the error's type and the first line of its message
     (a TVM error's message is the check that failed; its C++ stack is kept apart)."""

@@ -250,6 +250,30 @@ def test_a_transposed_conv_between_convs_builds_and_matches(dims):
         assert_close(run_executable(executable, x.numpy()), model(x).numpy())
 
 
+def test_an_op_left_in_a_layout_tvm_has_no_kernel_for_declines_convert_layout(monkeypatch):
+    """Where ConvertLayout leaves an op in a layout that TVM cannot legalize (as it left the
+    transposed convs before they were held to NCHW), the model is built without it: built,
+    matching, the decline in the report naming the op, and an error in strict mode; through
+    the registered pipeline as well."""
+    monkeypatch.delitem(accel_target.pipeline.DESIRED_LAYOUTS, "relax.nn.conv2d_transpose")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ConvTranspose2d(8, 4, 4, stride=4), torch.nn.Conv2d(4, 2, 1)
+    ).eval()
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    mod = accel_target.from_torch(model, (x,))
+    executable = accel_target.build(mod)
+    assert_close(run_executable(executable, x.numpy()), expected)
+    (declined,) = executable.report.declines
+    assert declined.step == "ConvertLayout"
+    assert "relax.nn.conv2d_transpose (data_layout NHWC" in declined.reason
+    assert_close(run_executable(tvm.compile(mod, target="accel", relax_pipeline="accel"), x.numpy()), expected)
+    with pytest.raises(accel_target.StrictModeError, match="conv2d_transpose"):
+        accel_target.build(mod, strict=True)
+
+
 def test_a_pytorch_value_of_no_input_keeps_int64():
     """A value computed from no input becomes a constant of its own dtype: int64 past int32."""
 
