@@ -557,7 +557,7 @@ class Deployed:
                 continue
             if self.check_finite:
                 _check_finite(value, spec, index)
-            tensors.append(tvm.runtime.tensor(np.ascontiguousarray(value), device=self.device))
+            tensors.append(tvm.runtime.tensor(np.asarray(value, order="C"), device=self.device))  # (0-d stays 0-d)
         return tensors
 
     def __call__(self, *inputs):

@@ -91,8 +91,8 @@ def constant_array(const) -> np.ndarray:
 def array_constant(array) -> relax.Expr:
     """`array` as a relax constant of its own dtype: relax.const alone makes an int64 array
     int32 and a float64 one float32 (a folded index then meets int64 tensors it no longer
-    type-checks with)."""
-    array = np.ascontiguousarray(array)
+    type-checks with), and a 0-d one keeps its shape (np.ascontiguousarray makes it 1-d)."""
+    array = np.asarray(array, order="C")
     return relax.const(array, str(array.dtype))
 
 

@@ -98,6 +98,19 @@ def test_load_errors(separate, tmp_path):
         accel_target.load(tmp_path / "m.so")
 
 
+def test_a_loaded_model_takes_a_0d_input(tmp_path):
+    """A 0-d input reaches the model 0-d (made 1-d, the VM refused it)."""
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, s):
+            return x * s
+
+    x, s = torch.randn(2, 3), torch.tensor(1.5)
+    accel_target.save(accel_target.build(accel_target.from_torch(Scale(), (x, s))), tmp_path / "scale.so")
+    out = accel_target.load(tmp_path / "scale.so")(x.numpy(), s.numpy())
+    np.testing.assert_array_equal(out.numpy(), (x * s).numpy())
+
+
 def test_unknown_weights_mode(cnn):
     with pytest.raises(ValueError, match="weights='inside' is not supported; supported: embedded, separate"):
         accel_target.build(cnn[0], weights="inside")

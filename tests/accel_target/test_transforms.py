@@ -286,6 +286,21 @@ def test_a_pytorch_value_of_no_input_keeps_int64():
     np.testing.assert_array_equal(run_executable(executable, x.numpy()), Offsets()(x).numpy())
 
 
+def test_a_scalar_value_of_no_input_stays_a_scalar():
+    """A 0-d value computed from no input becomes a 0-d constant: made 1-d, the scalar result
+    came back of shape (1,)."""
+
+    class Total(torch.nn.Module):
+        def forward(self, x):
+            return x.sum() + torch.arange(3).sum() * 2.0
+
+    x = torch.randn(4)
+    out = run_executable(accel_target.build(accel_target.from_torch(Total(), (x,))), x.numpy())
+    expected = Total()(x).numpy()
+    assert out.shape == expected.shape == ()
+    assert_close(out, expected)
+
+
 def test_convert_input_layout_signature():
     x = rand(1, 3, 4, 5)
     mod = convert_input_layout(single_op_module(lambda x: relax.op.nn.relu(x), {"x": x}, {}), "NHWC")
