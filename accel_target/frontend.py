@@ -39,6 +39,29 @@ def _without_kv_cache(model):
         config.use_cache = True
 
 
+@contextlib.contextmanager
+def _exportable_experts(model):
+    """The transformers models in `model` whose mixture-of-experts layers run "grouped_mm"
+    switched to "batched_mm" while it is exported, as transformers' own decoding does off the
+    CPU: grouped_mm's groups are sized by the routing (a custom op, ``histc`` of the experts
+    chosen), which torch.export cannot trace; batched_mm gathers each token's chosen experts'
+    weights and computes them with batch matmuls of static shapes. (Memory: the gathered
+    weights are tokens x experts per token x one expert's weights.)"""
+    switched = []
+    for module in model.modules():
+        if hasattr(module, "get_experts_implementation") and hasattr(module, "set_experts_implementation"):
+            before = module.get_experts_implementation()
+            if "grouped_mm" in before.values():
+                exportable = {key: "batched_mm" if value == "grouped_mm" else value for key, value in before.items()}
+                module.set_experts_implementation(exportable)
+                switched.append((module, before))
+    try:
+        yield
+    finally:
+        for module, before in reversed(switched):
+            module.set_experts_implementation(before)
+
+
 def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     """Import a torch.nn.Module through torch.export.
 
@@ -46,7 +69,8 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
     models moved to channels_last are fine: memory format is not part of the graph).
     Decoders import too (transformers' GPT-2, Llama; see accel_target/torch_ops.py):
     they are exported without their key/value cache, and what depends on no input
-    (causal masks, rotary tables) is computed by PyTorch and becomes constants.
+    (causal masks, rotary tables) is computed by PyTorch and becomes constants; mixtures of
+    experts (Mixtral, Qwen-MoE) through transformers' batch-matmul experts.
     Indexing is checked (accel_target/indexing.py): negative indices count from the end
     where PyTorch says so, and an index outside its tensor is an error, never a read.
     Returns the IRModule with weights as constants, or with
@@ -62,7 +86,7 @@ def from_torch(model, example_inputs, *, keep_params_as_input: bool = False):
         with warnings.catch_warnings():
             # torch.export's own use of its deprecated LeafSpec: nothing the caller can act on
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            with torch.no_grad(), _without_kv_cache(model):
+            with torch.no_grad(), _without_kv_cache(model), _exportable_experts(model):
                 program = torch.export.export(model, tuple(example_inputs))
             mod = import_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause

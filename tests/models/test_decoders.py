@@ -103,6 +103,23 @@ def test_import_leaves_the_kv_cache_setting_as_it_was():
     assert isinstance(mod["main"].ret_ty, relax.TensorType)
 
 
+@pytest.mark.slow
+def test_a_mixture_of_experts_decoder_matches_pytorch():
+    """Mixtral: 4 experts, 2 per token. Its default experts ("grouped_mm": groups sized by the
+    routing) cannot be exported; from_torch exports transformers' batch-matmul experts and
+    leaves the model's own setting as it was."""
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(**LLAMA, num_local_experts=4, num_experts_per_tok=2)
+    model = transformers.MixtralForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 8))
+    executable = accel_target.build(accel_target.from_torch(model, (ids,)))
+    assert model.get_experts_implementation() == {"": "grouped_mm"}
+    assert_close(run_executable(executable, ids.numpy()), _reference(model, (ids,)))
+    report = accel_target.report(executable)
+    assert report.declines == ()
+    assert all(r.kind == "accel" for r in report.rows if r.op == "relax.matmul")
+
+
 class Attention(torch.nn.Module):
     """F.scaled_dot_product_attention with the given keyword arguments."""
 
