@@ -24,7 +24,6 @@ PyTorch-computed constants for what depends on no input, and converters.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -125,9 +124,13 @@ def _folding(stock: Converter | None, name: str, folded: dict) -> Converter:
 
 
 def _stock(importer, name: str) -> Converter | None:
-    """The importer's own converter for `name`, in the custom-converter signature."""
-    method = importer.convert_map.get(name)
+    """The importer's own converter for `name`, in the custom-converter signature (as it was
+    before `convert_map`'s converters replaced it in the importer's table)."""
+    method = getattr(importer, _STOCK, importer.convert_map).get(name)
     return None if method is None else (lambda node, _importer: method(node))
+
+
+_STOCK = "accel_stock_converters"
 
 
 def _scalar(node, index: int, key: str, default):
@@ -245,25 +248,127 @@ def cumsum(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.cumsum(data, dim, dtype))
 
 
-def _comparison(op, python_op) -> Converter:
-    """aten.eq / aten.ne with a bool tensor operand, compared as integers (a float scalar:
-    as floats), as PyTorch promotes them: TVM compiles a comparison of bools to a float
-    comparison that LLVM rejects (XLM's ``mask == 0``). Other operands: TVM's converter."""
+def _operand_dtype(operands: list, kind: str) -> str | None:
+    """The dtype PyTorch computes an elementwise op of `operands` (fx nodes, Python numbers,
+    None for an absent bound) in: its type promotion of `kind` (``DEFAULT``, or ``INT_TO_FLOAT``
+    for true division), from the operands' dtypes and ranks. None where an operand is neither a
+    tensor nor a number (a symbolic size)."""
+    import torch
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in operands if a is not None]
+    if not all(isinstance(v, (torch.Tensor, bool, int, float)) for v in values):
+        return None
+    _, result = elementwise_dtypes(*values, type_promotion_kind=getattr(ELEMENTWISE_TYPE_PROMOTION_KIND, kind))
+    return str(result).removeprefix("torch.")
+
+
+def _operand(importer, arg, dtype: str) -> relax.Expr:
+    """An operand (fx node or Python number) as a relax value of `dtype`."""
+    if not isinstance(arg, (bool, int, float)):
+        value = importer.env[arg]
+        return value if str(value.ty.dtype) == dtype else importer.block_builder.emit(relax.op.astype(value, dtype))
+    return relax.const(arg, dtype)
+
+
+def _promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
+    """An aten binary op (add, sub, rsub, mul, div, comparisons, ...) with PyTorch's type
+    promotion made explicit: both operands, a Python scalar too, cast to the dtype PyTorch
+    computes in, then `op` (``alpha`` scaling the second operand; `swap`: rsub's order).
+    TVM's converters give a scalar the tensor's dtype (int64 ``x + 1.5`` added 1), keep an
+    integer true division integral (``x / 2``), and give an integer scalar int32 beside an
+    int64 tensor (JetMoE's ``div(x, 2, rounding_mode="trunc")``: no import). A comparison of
+    bools compares int32s (TVM compiles one of bools to a float comparison LLVM rejects:
+    XLM's ``mask == 0``). An operand that is neither tensor nor number: TVM's converter."""
 
     def convert(node, importer) -> relax.Expr:
-        args = importer.retrieve_args(node)[:2]
-        tensors = [a for a in args if isinstance(a, relax.Expr)]
-        if not any(str(t.ty.dtype) == "bool" for t in tensors):
-            return importer._binary_op(op, python_op)(node)
-        other = [str(t.ty.dtype) for t in tensors if str(t.ty.dtype) != "bool"]
-        dtype = other[0] if other else "float32" if any(isinstance(a, float) for a in args) else "int32"
+        args = list(node.args[:2])
+        dtype = _operand_dtype(args, kind)
+        if dtype is None:
+            return _stock(importer, _name(node))(node, importer)
+        if dtype == "bool" and op in _COMPARISONS:
+            dtype = "int32"
+        lhs, rhs = (_operand(importer, a, dtype) for a in (args[::-1] if swap else args))
         bb = importer.block_builder
-        lhs, rhs = (
-            bb.emit(relax.op.astype(a, dtype)) if isinstance(a, relax.Expr) else relax.const(a, dtype) for a in args
-        )
+        alpha = _scalar(node, 2, "alpha", 1)
+        if alpha != 1:
+            rhs = bb.emit(relax.op.multiply(rhs, relax.const(alpha, dtype)))
         return bb.emit(op(lhs, rhs))
 
     return convert
+
+
+def _name(node) -> str:
+    """An aten op's name as the importer's table has it ("div.Tensor_mode")."""
+    return f"{node.target._opname}.{node.target._overloadname}"
+
+
+def _divide(node, importer) -> relax.Expr:
+    """aten.div.Tensor_mode / Scalar_mode: true division (in floating point, as PyTorch
+    divides integers), or rounded by "trunc" (integers divide so) or "floor", operands
+    promoted as `_promoting` does."""
+    mode = _scalar(node, 2, "rounding_mode", None)
+    if mode is None:
+        return _promoting(relax.op.divide, "INT_TO_FLOAT")(node, importer)
+    if mode == "floor":
+        return _promoting(relax.op.floor_divide)(node, importer)
+    quotient = _promoting(relax.op.divide)(node, importer)
+    if "int" in str(quotient.ty.dtype):
+        return quotient
+    return importer.block_builder.emit(relax.op.trunc(quotient))
+
+
+def clamp(node, importer) -> relax.Expr:
+    """aten.clamp(x, min=None, max=None), bounds numbers or tensors, promoted with x as
+    PyTorch does (an integer tensor clamped to 2.5 becomes float; TVM's converter clamped it
+    as an integer to 2)."""
+    x, low, high = node.args[0], _scalar(node, 1, "min", None), _scalar(node, 2, "max", None)
+    dtype = _operand_dtype([x, low, high], "DEFAULT")
+    if dtype is None:
+        return _stock(importer, _name(node))(node, importer)
+    bb = importer.block_builder
+    value = _operand(importer, x, dtype)
+    for bound, op in ((low, relax.op.maximum), (high, relax.op.minimum)):
+        if bound is not None:
+            value = bb.emit(op(value, _operand(importer, bound, dtype)))
+    return value
+
+
+def _floating_input(name: str) -> Converter:
+    """A unary aten op that PyTorch computes in floating point (exp, sigmoid, sqrt,
+    reciprocal, ...), given an integer or bool tensor: its input cast to the result's dtype,
+    then TVM's converter (which kept it integral: the reciprocal of 2 was 0; exp failed)."""
+
+    def convert(node, importer) -> relax.Expr:
+        stock = _stock(importer, name)
+        arg, dtype = node.args[0], str(node.meta["val"].dtype).removeprefix("torch.")
+        value = importer.env[arg]
+        if str(value.ty.dtype) == dtype:
+            return stock(node, importer)
+        importer.env[arg] = importer.block_builder.emit(relax.op.astype(value, dtype))
+        try:
+            return stock(node, importer)
+        finally:
+            importer.env[arg] = value
+
+    return convert
+
+
+# (the unary ops of PyTorch's INT_TO_FLOAT type promotion that TVM's importer converts)
+_FLOATING_UNARY = (
+    "exp exp2 expm1 log log2 log10 log1p sigmoid tanh sqrt rsqrt reciprocal sin cos tan asin acos atan "
+    "sinh cosh asinh acosh atanh erf"
+).split()
+
+
+_COMPARISONS = (
+    relax.op.equal,
+    relax.op.not_equal,
+    relax.op.less,
+    relax.op.less_equal,
+    relax.op.greater,
+    relax.op.greater_equal,
+)
 
 
 def cat(node, importer) -> relax.Expr:
@@ -365,30 +470,68 @@ def unfold(node, importer) -> relax.Expr:
     return bb.emit(relax.op.permute_dims(split, order))
 
 
+def topk(node, importer) -> relax.Expr:
+    """aten.topk(x, k, dim=-1, largest=True, sorted=True), `sorted` False too (DeepSeek's
+    router), computed sorted: PyTorch leaves the order unspecified then, and sorted is one
+    such order. TVM's converter refuses unsorted top-k."""
+    x, k = importer.env[node.args[0]], int(_scalar(node, 1, "k", 1))
+    dim, largest = int(_scalar(node, 2, "dim", -1)), bool(_scalar(node, 3, "largest", True))
+    return importer.block_builder.emit(relax.op.topk(x, k=k, axis=dim, largest=largest, ret_type="both", dtype="int64"))
+
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "cumsum.default": cumsum,
     "index.Tensor": index_tensor,
     "cat.default": cat,
-    "eq.Scalar": _comparison(relax.op.equal, operator.eq),
-    "eq.Tensor": _comparison(relax.op.equal, operator.eq),
-    "ne.Scalar": _comparison(relax.op.not_equal, operator.ne),
-    "ne.Tensor": _comparison(relax.op.not_equal, operator.ne),
+    # elementwise ops with PyTorch's type promotion (_promoting)
+    **{
+        f"{name}.{overload}": _promoting(op)
+        for name, op in [
+            ("add", relax.op.add),
+            ("sub", relax.op.subtract),
+            ("mul", relax.op.multiply),
+            ("maximum", relax.op.maximum),
+            ("minimum", relax.op.minimum),
+            ("eq", relax.op.equal),
+            ("ne", relax.op.not_equal),
+            ("lt", relax.op.less),
+            ("le", relax.op.less_equal),
+            ("gt", relax.op.greater),
+            ("ge", relax.op.greater_equal),
+        ]
+        for overload in (("default",) if name in ("maximum", "minimum") else ("Tensor", "Scalar"))
+    },
+    "rsub.Tensor": _promoting(relax.op.subtract, swap=True),
+    "rsub.Scalar": _promoting(relax.op.subtract, swap=True),
+    "div.Tensor": _promoting(relax.op.divide, "INT_TO_FLOAT"),
+    "div.Scalar": _promoting(relax.op.divide, "INT_TO_FLOAT"),
+    "div.Tensor_mode": _divide,
+    "div.Scalar_mode": _divide,
+    "floor_divide.default": _promoting(relax.op.floor_divide),
+    "clamp.default": clamp,
+    "clamp.Tensor": clamp,
     "concat.default": cat,
     "unfold.default": unfold,
     "amax.default": _extremum(relax.op.max),
     "amin.default": _extremum(relax.op.min),
+    "topk.default": topk,
     **QUANTIZED_OPS,
 }
 
 
 def convert_map(importer, folded: dict) -> dict[str, Converter]:
-    """Custom converters for `importer`: ours (CONVERTERS), and for every op with a folded
-    node, the folded constant there and the op's converter elsewhere."""
+    """Custom converters for `importer`: ours (CONVERTERS; the unary ops PyTorch computes in
+    floating point, where the importer has them), and for every op with a folded node, the
+    folded constant there and the op's converter elsewhere."""
     names = {node.target.__name__ for node in folded}
+    setattr(importer, _STOCK, dict(importer.convert_map))  # before the custom ones replace them
     custom = dict(CONVERTERS)
+    for name in _FLOATING_UNARY:
+        if f"{name}.default" in importer.convert_map:
+            custom[f"{name}.default"] = _floating_input(f"{name}.default")
     for name in names:
-        custom[name] = _folding(CONVERTERS.get(name) or _stock(importer, name), name, folded)
+        custom[name] = _folding(custom.get(name) or _stock(importer, name), name, folded)
     return custom
 
 

@@ -1,7 +1,9 @@
 """Converters accel adds to TVM's PyTorch importer (accel_target/torch_ops.py), against PyTorch."""
 
+import numpy as np
 import pytest
 import torch
+import tvm
 
 import accel_target
 from tests.helpers import assert_close, run_executable
@@ -44,5 +46,81 @@ class _Extremum(torch.nn.Module):
 @pytest.mark.parametrize("kwargs", [{"dim": -1}, {"dim": (0, 2), "keepdim": True}, {}], ids=["last", "two", "all"])
 def test_amax_and_amin_as_pytorch(op, kwargs):
     model, x = _Extremum(op, **kwargs), torch.randn(3, 4, 5)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+
+
+class _Elementwise(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, y, z):
+        return self.fn(x, y, z)
+
+
+# x, y: int64 (negative too), z: float32. TVM's converters gave a Python scalar the tensor's
+# dtype and kept integer true division integral: every case but the last two of each group
+# came back wrong (integers) or failed to import before.
+PROMOTION_CASES = {
+    "int + float scalar": lambda x, y, z: x + 1.5,
+    "int * float scalar": lambda x, y, z: x * 1.5,
+    "float scalar - int": lambda x, y, z: 1.5 - x,
+    "int - int scalar, alpha": lambda x, y, z: torch.sub(x, y, alpha=3),
+    "bool * float scalar": lambda x, y, z: (x > 0) * 1.5,
+    "bool + int scalar": lambda x, y, z: (x > 0) + 1,
+    "int / int scalar": lambda x, y, z: x / 2,
+    "int / int": lambda x, y, z: x / y,
+    "int scalar / int": lambda x, y, z: 10 / y,
+    "int32 / int scalar": lambda x, y, z: x.int() / 2,
+    "trunc division by int scalar": lambda x, y, z: torch.div(x, 2, rounding_mode="trunc"),
+    "floor division by int scalar": lambda x, y, z: torch.div(x, 2, rounding_mode="floor"),
+    "int // int scalar": lambda x, y, z: x // 3,
+    "trunc division of floats": lambda x, y, z: torch.div(z, 0.75, rounding_mode="trunc"),
+    "int < float scalar": lambda x, y, z: x < 1.5,
+    "int == float scalar": lambda x, y, z: x == 5.0,
+    "bool == bool": lambda x, y, z: (x > 0) == (y > 0),
+    "clamp of int to float bounds": lambda x, y, z: torch.clamp(x, min=-2.5, max=4),
+    "clamp of int to a tensor bound": lambda x, y, z: torch.clamp(x, max=z),
+    "int mean of a sum": lambda x, y, z: x.sum() / 4,
+    "exp of int": lambda x, y, z: torch.exp(x),
+    "reciprocal of int": lambda x, y, z: torch.reciprocal(y),
+    "sigmoid of bool": lambda x, y, z: torch.sigmoid((x > 0).float()) + torch.sqrt(y.abs()),
+    # (as before)
+    "int * int scalar": lambda x, y, z: x * 2,
+    "int + float": lambda x, y, z: x + z,
+}
+
+
+@pytest.mark.parametrize("case", PROMOTION_CASES)
+def test_elementwise_ops_promote_types_as_pytorch(case):
+    """Operands cast to the dtype PyTorch computes in, Python scalars too: dtype and values."""
+    x, y = torch.tensor([-7, -6, -1, 0, 5, 7]), torch.tensor([2, -4, 3, 3, -2, 2])
+    z = torch.tensor([0.5, -1.25, 2.0, 3.0, 1.5, -2.0])
+    model = _Elementwise(PROMOTION_CASES[case])
+    expected = model(x, y, z).numpy()
+    mod = accel_target.from_torch(model, (x, y, z))
+    out = run_executable(tvm.compile(mod, "llvm"), x.numpy(), y.numpy(), z.numpy())
+    assert out.dtype == expected.dtype
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+class _TopKMask(torch.nn.Module):
+    """The k largest (or smallest) of each row as a mask, and their sum: what a router reads
+    of an unsorted top-k, whose order PyTorch leaves unspecified."""
+
+    def __init__(self, largest):
+        super().__init__()
+        self.largest = largest
+
+    def forward(self, x):
+        values, indices = torch.topk(x, 3, dim=-1, largest=self.largest, sorted=False)
+        return torch.zeros_like(x).scatter(-1, indices, 1.0) + values.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_unsorted_topk_picks_the_same_elements_as_pytorch(largest):
+    x = torch.randn(4, 9)
+    model = _TopKMask(largest)
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(run_executable(executable, x.numpy()), model(x).numpy())
