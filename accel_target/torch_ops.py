@@ -15,6 +15,10 @@ PyTorch-computed constants for what depends on no input, and converters.
   float masks, ``is_causal`` and grouped-query attention; TVM's own converter
   takes float masks only and emits ``nn.attention``, a kernel of its own.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
+- Elementwise ops (add, sub, mul, div in every rounding mode, comparisons, clamp, and the
+  unary ops PyTorch computes in floating point) get their operands cast to the dtype PyTorch
+  computes in, Python scalars too (`_promoting`): TVM's converters gave a scalar the
+  tensor's dtype and divided integers as integers, silently.
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/torch_quant.py),
   never folded: they stay for accel_target.quantize.
 - Every indexing op the importer emits checked (accel_target/indexing.py): PyTorch's negative
