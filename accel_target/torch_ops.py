@@ -283,21 +283,25 @@ def _promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
     integer true division integral (``x / 2``), and give an integer scalar int32 beside an
     int64 tensor (JetMoE's ``div(x, 2, rounding_mode="trunc")``: no import). A comparison of
     bools compares int32s (TVM compiles one of bools to a float comparison LLVM rejects:
-    XLM's ``mask == 0``). An operand that is neither tensor nor number: TVM's converter."""
+    XLM's ``mask == 0``); a sum or product of bools is their ``or`` / ``and``, as in
+    PyTorch. An operand that is neither tensor nor number: TVM's converter."""
 
     def convert(node, importer) -> relax.Expr:
         args = list(node.args[:2])
         dtype = _operand_dtype(args, kind)
         if dtype is None:
             return _stock(importer, _name(node))(node, importer)
+        compute = op
         if dtype == "bool" and op in _COMPARISONS:
             dtype = "int32"
+        elif dtype == "bool":  # (LLVM cannot multiply bools; PyTorch's sum and product of bools)
+            compute = _LOGICAL.get(op, op)
         lhs, rhs = (_operand(importer, a, dtype) for a in (args[::-1] if swap else args))
         bb = importer.block_builder
         alpha = _scalar(node, 2, "alpha", 1)
         if alpha != 1:
             rhs = bb.emit(relax.op.multiply(rhs, relax.const(alpha, dtype)))
-        return bb.emit(op(lhs, rhs))
+        return bb.emit(compute(lhs, rhs))
 
     return convert
 
@@ -365,6 +369,12 @@ _FLOATING_UNARY = (
 ).split()
 
 
+_LOGICAL = {
+    relax.op.add: relax.op.logical_or,
+    relax.op.maximum: relax.op.logical_or,
+    relax.op.multiply: relax.op.logical_and,
+    relax.op.minimum: relax.op.logical_and,
+}
 _COMPARISONS = (
     relax.op.equal,
     relax.op.not_equal,
@@ -483,6 +493,28 @@ def topk(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.topk(x, k=k, axis=dim, largest=largest, ret_type="both", dtype="int64"))
 
 
+def grid_sample(node, importer) -> relax.Expr:
+    """aten.grid_sampler_2d(x, grid, interpolation, padding, align_corners) (F.grid_sample):
+    PyTorch's grid is [N, H_out, W_out, 2], relax.image.grid_sample (topi's) reads
+    [N, 2, H_out, W_out], so the grid is permuted first. TVM's converter passed it as it is:
+    a wrong shape (RT-DETR's and Mask2Former's deformable attention: no import), or, for a
+    square grid, wrong values."""
+    x, grid = (importer.env[a] for a in node.args[:2])
+    interpolation, padding, align_corners = (node.args[2:] + (0, 0, False))[:3]
+    methods, paddings = ("bilinear", "nearest", "bicubic"), ("zeros", "border", "reflection")
+    bb = importer.block_builder
+    grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    sample = relax.op.image.grid_sample(
+        x,
+        grid,
+        method=methods[int(interpolation)],
+        layout="NCHW",
+        padding_mode=paddings[int(padding)],
+        align_corners=bool(align_corners),
+    )
+    return bb.emit(sample)
+
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "cumsum.default": cumsum,
@@ -520,6 +552,7 @@ CONVERTERS: dict[str, Converter] = {
     "amax.default": _extremum(relax.op.max),
     "amin.default": _extremum(relax.op.min),
     "topk.default": topk,
+    "grid_sampler_2d.default": grid_sample,
     **QUANTIZED_OPS,
 }
 

@@ -80,6 +80,8 @@ PROMOTION_CASES = {
     "int < float scalar": lambda x, y, z: x < 1.5,
     "int == float scalar": lambda x, y, z: x == 5.0,
     "bool == bool": lambda x, y, z: (x > 0) == (y > 0),
+    "bool * bool, bool + bool": lambda x, y, z: ((x > 0) * (y > 0)) + ((x < 0) + (y < 0)),
+    "max and min of bools": lambda x, y, z: torch.maximum(x > 0, y > 0) ^ torch.minimum(x < 0, y < 0),
     "clamp of int to float bounds": lambda x, y, z: torch.clamp(x, min=-2.5, max=4),
     "clamp of int to a tensor bound": lambda x, y, z: torch.clamp(x, max=z),
     "int mean of a sum": lambda x, y, z: x.sum() / 4,
@@ -124,3 +126,36 @@ def test_unsorted_topk_picks_the_same_elements_as_pytorch(largest):
     model = _TopKMask(largest)
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+
+
+class _GridSample(torch.nn.Module):
+    """A conv (its output goes channels-last), then F.grid_sample."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.conv, self.kwargs = torch.nn.Conv2d(3, 4, 3, padding=1), kwargs
+
+    def forward(self, x, grid):
+        return torch.nn.functional.grid_sample(self.conv(x), grid, **self.kwargs)
+
+
+@pytest.mark.parametrize(
+    "grid_shape, kwargs",
+    [
+        ((1, 3, 5, 2), {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}),
+        ((2, 4, 4, 2), {"mode": "bilinear", "padding_mode": "border", "align_corners": True}),  # square
+        ((1, 6, 2, 2), {"mode": "nearest", "padding_mode": "zeros", "align_corners": False}),
+        ((1, 5, 3, 2), {"mode": "bilinear", "padding_mode": "reflection", "align_corners": False}),
+    ],
+)
+def test_grid_sample_reads_pytorch_grids(grid_shape, kwargs):
+    """PyTorch's grid is [N, H_out, W_out, 2] (x, y last); TVM's converter gave the wrong shape,
+    or wrong values for a square grid."""
+    torch.manual_seed(0)
+    model = _GridSample(**kwargs).eval()
+    x = torch.randn(grid_shape[0], 3, 8, 8)
+    grid = torch.rand(*grid_shape) * 2.4 - 1.2  # some points outside, for the padding mode
+    with torch.no_grad():
+        expected = model(x, grid).numpy()
+    executable = accel_target.build(accel_target.from_torch(model, (x, grid)))
+    assert_close(run_executable(executable, x.numpy(), grid.numpy()), expected)
