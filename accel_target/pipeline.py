@@ -53,6 +53,7 @@ from .microbatch import micro_batch
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
 from .transforms import (
+    EmptyConstantsAtRunTime,
     FastMath,
     FoldConstantNumpy,
     PadAsConv,
@@ -235,6 +236,7 @@ def kernel_passes() -> list[tvm.transform.Pass]:
     (accel_target/inplace.py)."""
     return [
         contained(relax.transform.FoldConstant()),
+        contained(EmptyConstantsAtRunTime()),  # a constant of no element would not load
         relax.transform.AnnotateTIROpPattern(),
         # together: FuseOps leaves grouped functions that only FuseTIR makes kernels of
         contained(

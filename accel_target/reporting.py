@@ -88,8 +88,9 @@ def calls_of(mod: tvm.IRModule, ops, function: str = "main") -> list[relax.Call]
 
 
 def kernel_impl(mod: tvm.IRModule, gvar: tvm.ir.GlobalVar) -> str | None:
-    """The implementation that made kernel `gvar` of `mod` (its IMPL attribute), or None."""
-    func = mod[gvar]
+    """The implementation that made kernel `gvar` of `mod` (its IMPL attribute), or None (none
+    such, or not in `mod`: a kernel a later phase made)."""
+    func = mod.functions.get(gvar)
     if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and IMPL in func.attrs:
         return str(func.attrs[IMPL])
     return None

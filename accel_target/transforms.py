@@ -684,6 +684,28 @@ class _ConstantSharer(PyExprMutator):
         return self.shared[const]
 
 
+@mutator
+class _EmptyMaker(PyExprMutator):
+    def visit_generic_const_(self, const):
+        value = const.value
+        if not isinstance(value, tvm.runtime.Tensor) or math.prod(value.shape) != 0:
+            return const
+        empty = self.builder_.call_te(topi.full, list(value.shape), str(value.dtype), 0, primfunc_name_hint="empty")
+        return self.builder_.emit(empty)
+
+
+@tvm.transform.module_pass(opt_level=0, name="EmptyConstantsAtRunTime")
+class EmptyConstantsAtRunTime:
+    """A constant with no element (``x[:, :0]`` of a weight, a repeat of 0: ViTMAE's mask
+    tokens without a mask) becomes a kernel that makes it: TVM saves such a constant in a
+    library but cannot load it back ("Invalid DLTensor file format"), so the executable could
+    not run (`AccelExecutable.jit` goes through a library) nor be saved. After the kernel
+    phase's FoldConstant, which would fold it back."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return _rewrite_functions(_EmptyMaker, mod)
+
+
 @tvm.transform.module_pass(opt_level=0, name="ShareConstants")
 class ShareConstants:
     """Tensor constants of equal value become one constant. The strategies pack a constant

@@ -111,6 +111,29 @@ def test_a_loaded_model_takes_a_0d_input(tmp_path):
     np.testing.assert_array_equal(out.numpy(), (x * s).numpy())
 
 
+class _EmptyTokens(torch.nn.Module):
+    """ViTMAE's mask tokens without a mask: a weight repeated 0 times, concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = torch.nn.Parameter(torch.randn(1, 1, 4))
+
+    def forward(self, x):
+        return torch.cat([x, self.token.repeat(1, 9 - x.shape[1], 1)], dim=1) * 2
+
+
+def test_a_constant_of_no_element_runs_and_loads(tmp_path):
+    """TVM saves a constant of no element in a library but cannot load it back: made at run
+    time instead, the model runs (in-process through a library too) and loads."""
+    model, x = _EmptyTokens().eval(), torch.randn(1, 9, 4)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(run_executable(executable, x.numpy()), expected)
+    accel_target.save(executable, tmp_path / "empty.so")
+    assert_close(accel_target.load(tmp_path / "empty.so")(x.numpy()).numpy(), expected)
+
+
 def test_unknown_weights_mode(cnn):
     with pytest.raises(ValueError, match="weights='inside' is not supported; supported: embedded, separate"):
         accel_target.build(cnn[0], weights="inside")
