@@ -464,6 +464,24 @@ def _extremum(op) -> Converter:
     return convert
 
 
+def _extremum_dim(reduce, pick) -> Converter:
+    """aten.max.dim / aten.min.dim(x, dim, keepdim=False): (values, indices), the index of the
+    first extremum where there are several, as PyTorch gives it (TVM's converter has no
+    min.dim, TimesFM's, and takes max.dim's index from a top-k, whose ties go either way)."""
+
+    def convert(node, importer) -> relax.Expr:
+        data, dim = importer.env[node.args[0]], int(node.args[1])
+        keepdim = bool(_scalar(node, 2, "keepdim", False))
+        bb = importer.block_builder
+        values = bb.emit(reduce(data, [dim], keepdim))
+        indices = bb.emit(pick(data, dim, keepdim))
+        if str(indices.ty.dtype) != "int64":
+            indices = bb.emit(relax.op.astype(indices, "int64"))
+        return bb.emit(relax.Tuple([values, indices]))
+
+    return convert
+
+
 def unfold(node, importer) -> relax.Expr:
     """aten.unfold(x, dim, size, step): the windows x[..., i * step : i * step + size, ...]
     along `dim` (of static size), their elements on a new last axis (PatchTST's patches): one
@@ -552,6 +570,8 @@ CONVERTERS: dict[str, Converter] = {
     "amax.default": _extremum(relax.op.max),
     "amin.default": _extremum(relax.op.min),
     "topk.default": topk,
+    "max.dim": _extremum_dim(relax.op.max, relax.op.argmax),
+    "min.dim": _extremum_dim(relax.op.min, relax.op.argmin),
     "grid_sampler_2d.default": grid_sample,
     **QUANTIZED_OPS,
 }

@@ -159,3 +159,26 @@ def test_grid_sample_reads_pytorch_grids(grid_shape, kwargs):
         expected = model(x, grid).numpy()
     executable = accel_target.build(accel_target.from_torch(model, (x, grid)))
     assert_close(run_executable(executable, x.numpy(), grid.numpy()), expected)
+
+
+class _ExtremumDim(torch.nn.Module):
+    def __init__(self, op, dim, keepdim):
+        super().__init__()
+        self.op, self.dim, self.keepdim = op, dim, keepdim
+
+    def forward(self, x):
+        values, indices = self.op(x, self.dim, keepdim=self.keepdim)
+        return values * 2, indices
+
+
+@pytest.mark.parametrize("op", [torch.max, torch.min])
+@pytest.mark.parametrize("dim, keepdim", [(1, False), (-1, True)])
+def test_max_and_min_along_a_dim_index_the_first_extremum(op, dim, keepdim):
+    """Values and indices as PyTorch gives them, ties (rounded inputs) at their first index."""
+    x = torch.round(torch.randn(3, 7, 5))  # few distinct values: ties in every row
+    model = _ExtremumDim(op, dim, keepdim)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    values, indices = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    expected_values, expected_indices = model(x)
+    np.testing.assert_array_equal(values.numpy(), expected_values.numpy())
+    np.testing.assert_array_equal(indices.numpy(), expected_indices.numpy())
