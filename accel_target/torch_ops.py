@@ -326,6 +326,26 @@ def _divide(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.trunc(quotient))
 
 
+def power(node, importer) -> relax.Expr:
+    """aten.pow (Tensor_Scalar, Tensor_Tensor, Scalar), operands promoted as `_promoting`
+    does: an integer tensor to a float power is float (TVM's converter applied power, which
+    takes floats only, to the integers: no import); an integer power of integers is computed
+    in float64 and rounded (exact below 2**53). Float tensors: TVM's converter (``x ** 2``
+    as a product, not a call of pow)."""
+    args = list(node.args[:2])
+    dtype = _operand_dtype(args, "DEFAULT")
+    tensors = [str(importer.env[a].ty.dtype) for a in args if not isinstance(a, (bool, int, float))]
+    if dtype is None or ("float" in dtype and all(t == dtype for t in tensors)):
+        return _stock(importer, _name(node))(node, importer)
+    compute = dtype if "float" in dtype else "float64"
+    bb = importer.block_builder
+    base, exponent = (_operand(importer, a, compute) for a in node.args[:2])
+    result = bb.emit(relax.op.power(base, exponent))
+    if compute == dtype:
+        return result
+    return bb.emit(relax.op.astype(bb.emit(relax.op.round(result)), dtype))
+
+
 def clamp(node, importer) -> relax.Expr:
     """aten.clamp(x, min=None, max=None), bounds numbers or tensors, promoted with x as
     PyTorch does (an integer tensor clamped to 2.5 becomes float; TVM's converter clamped it
@@ -563,6 +583,13 @@ CONVERTERS: dict[str, Converter] = {
     "div.Tensor_mode": _divide,
     "div.Scalar_mode": _divide,
     "floor_divide.default": _promoting(relax.op.floor_divide),
+    "remainder.Tensor": _promoting(relax.op.floor_mod),
+    "remainder.Scalar": _promoting(relax.op.floor_mod),
+    "fmod.Tensor": _promoting(relax.op.mod),
+    "fmod.Scalar": _promoting(relax.op.mod),
+    "pow.Tensor_Scalar": power,
+    "pow.Tensor_Tensor": power,
+    "pow.Scalar": power,
     "clamp.default": clamp,
     "clamp.Tensor": clamp,
     "concat.default": cat,

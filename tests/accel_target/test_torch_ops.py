@@ -85,12 +85,19 @@ PROMOTION_CASES = {
     "clamp of int to float bounds": lambda x, y, z: torch.clamp(x, min=-2.5, max=4),
     "clamp of int to a tensor bound": lambda x, y, z: torch.clamp(x, max=z),
     "int mean of a sum": lambda x, y, z: x.sum() / 4,
+    "int % float scalar": lambda x, y, z: x % 2.5,
+    "fmod of int by float scalar": lambda x, y, z: torch.fmod(x, 2.5),
+    "remainder and fmod of floats": lambda x, y, z: z % -0.75 + torch.fmod(z, 0.75),
+    "int ** float scalar": lambda x, y, z: y.abs() ** 0.5,
+    "int scalar ** int": lambda x, y, z: 2 ** y.abs(),
+    "int ** float": lambda x, y, z: y.abs() ** z,
     "exp of int": lambda x, y, z: torch.exp(x),
     "reciprocal of int": lambda x, y, z: torch.reciprocal(y),
     "sigmoid of bool": lambda x, y, z: torch.sigmoid((x > 0).float()) + torch.sqrt(y.abs()),
     # (as before)
     "int * int scalar": lambda x, y, z: x * 2,
     "int + float": lambda x, y, z: x + z,
+    "float ** int scalar": lambda x, y, z: z**2 + z**3,
 }
 
 
