@@ -290,7 +290,7 @@ def _promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
         args = list(node.args[:2])
         dtype = _operand_dtype(args, kind)
         if dtype is None:
-            return _stock(importer, _name(node))(node, importer)
+            return _theirs(node, importer)
         compute = op
         if dtype == "bool" and op in _COMPARISONS:
             dtype = "int32"
@@ -309,6 +309,14 @@ def _promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
 def _name(node) -> str:
     """An aten op's name as the importer's table has it ("div.Tensor_mode")."""
     return f"{node.target._opname}.{node.target._overloadname}"
+
+
+def _theirs(node, importer) -> relax.Expr:
+    """TVM's converter of `node`, where ours leaves it (an operand that is a symbolic size)."""
+    stock = _stock(importer, _name(node))
+    if stock is None:
+        raise NotImplementedError(f"accel: {_name(node)} of {node.args} (a symbolic size) is not supported")
+    return stock(node, importer)
 
 
 def _divide(node, importer) -> relax.Expr:
@@ -336,7 +344,7 @@ def power(node, importer) -> relax.Expr:
     dtype = _operand_dtype(args, "DEFAULT")
     tensors = [str(importer.env[a].ty.dtype) for a in args if not isinstance(a, (bool, int, float))]
     if dtype is None or ("float" in dtype and all(t == dtype for t in tensors)):
-        return _stock(importer, _name(node))(node, importer)
+        return _theirs(node, importer)
     compute = dtype if "float" in dtype else "float64"
     bb = importer.block_builder
     base, exponent = (_operand(importer, a, compute) for a in node.args[:2])
@@ -353,7 +361,7 @@ def clamp(node, importer) -> relax.Expr:
     x, low, high = node.args[0], _scalar(node, 1, "min", None), _scalar(node, 2, "max", None)
     dtype = _operand_dtype([x, low, high], "DEFAULT")
     if dtype is None:
-        return _stock(importer, _name(node))(node, importer)
+        return _theirs(node, importer)
     bb = importer.block_builder
     value = _operand(importer, x, dtype)
     for bound, op in ((low, relax.op.maximum), (high, relax.op.minimum)):
