@@ -319,17 +319,19 @@ def _theirs(node, importer) -> relax.Expr:
     return stock(node, importer)
 
 
+_TRUE_DIVIDE = _promoting(relax.op.divide, "INT_TO_FLOAT")
+_ROUNDED = {"trunc": _promoting(relax.op.divide), "floor": _promoting(relax.op.floor_divide)}
+
+
 def _divide(node, importer) -> relax.Expr:
     """aten.div.Tensor_mode / Scalar_mode: true division (in floating point, as PyTorch
     divides integers), or rounded by "trunc" (integers divide so) or "floor", operands
     promoted as `_promoting` does."""
     mode = _scalar(node, 2, "rounding_mode", None)
     if mode is None:
-        return _promoting(relax.op.divide, "INT_TO_FLOAT")(node, importer)
-    if mode == "floor":
-        return _promoting(relax.op.floor_divide)(node, importer)
-    quotient = _promoting(relax.op.divide)(node, importer)
-    if "int" in str(quotient.ty.dtype):
+        return _TRUE_DIVIDE(node, importer)
+    quotient = _ROUNDED[mode](node, importer)
+    if mode == "floor" or "int" in str(quotient.ty.dtype):
         return quotient
     return importer.block_builder.emit(relax.op.trunc(quotient))
 
@@ -370,24 +372,25 @@ def clamp(node, importer) -> relax.Expr:
     return value
 
 
-def _floating_input(name: str) -> Converter:
+def _theirs_with(node, importer, arg, value: relax.Expr) -> relax.Expr:
+    """TVM's converter of `node`, reading `value` for its input `arg` (an fx node)."""
+    before = importer.env[arg]
+    importer.env[arg] = value
+    try:
+        return _theirs(node, importer)
+    finally:
+        importer.env[arg] = before
+
+
+def _floating_input(node, importer) -> relax.Expr:
     """A unary aten op that PyTorch computes in floating point (exp, sigmoid, sqrt,
     reciprocal, ...), given an integer or bool tensor: its input cast to the result's dtype,
     then TVM's converter (which kept it integral: the reciprocal of 2 was 0; exp failed)."""
-
-    def convert(node, importer) -> relax.Expr:
-        stock = _stock(importer, name)
-        arg, dtype = node.args[0], str(node.meta["val"].dtype).removeprefix("torch.")
-        value = importer.env[arg]
-        if str(value.ty.dtype) == dtype:
-            return stock(node, importer)
-        importer.env[arg] = importer.block_builder.emit(relax.op.astype(value, dtype))
-        try:
-            return stock(node, importer)
-        finally:
-            importer.env[arg] = value
-
-    return convert
+    arg, dtype = node.args[0], str(node.meta["val"].dtype).removeprefix("torch.")
+    value = importer.env[arg]
+    if str(value.ty.dtype) != dtype:
+        value = importer.block_builder.emit(relax.op.astype(value, dtype))
+    return _theirs_with(node, importer, arg, value)
 
 
 # (the unary ops of PyTorch's INT_TO_FLOAT type promotion that TVM's importer converts)
@@ -540,25 +543,13 @@ def topk(node, importer) -> relax.Expr:
 
 
 def grid_sample(node, importer) -> relax.Expr:
-    """aten.grid_sampler_2d(x, grid, interpolation, padding, align_corners) (F.grid_sample):
-    PyTorch's grid is [N, H_out, W_out, 2], relax.image.grid_sample (topi's) reads
-    [N, 2, H_out, W_out], so the grid is permuted first. TVM's converter passed it as it is:
-    a wrong shape (RT-DETR's and Mask2Former's deformable attention: no import), or, for a
-    square grid, wrong values."""
-    x, grid = (importer.env[a] for a in node.args[:2])
-    interpolation, padding, align_corners = (node.args[2:] + (0, 0, False))[:3]
-    methods, paddings = ("bilinear", "nearest", "bicubic"), ("zeros", "border", "reflection")
-    bb = importer.block_builder
-    grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
-    sample = relax.op.image.grid_sample(
-        x,
-        grid,
-        method=methods[int(interpolation)],
-        layout="NCHW",
-        padding_mode=paddings[int(padding)],
-        align_corners=bool(align_corners),
-    )
-    return bb.emit(sample)
+    """aten.grid_sampler_2d(x, grid, ...) (F.grid_sample): PyTorch's grid is
+    [N, H_out, W_out, 2], relax.image.grid_sample (topi's) reads [N, 2, H_out, W_out], so TVM's
+    converter gets the grid permuted. Given it as it is, it made a wrong shape (RT-DETR's and
+    Mask2Former's deformable attention: no import), or, for a square grid, wrong values."""
+    grid = importer.env[node.args[1]]
+    permuted = importer.block_builder.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    return _theirs_with(node, importer, node.args[1], permuted)
 
 
 CONVERTERS: dict[str, Converter] = {
@@ -586,8 +577,8 @@ CONVERTERS: dict[str, Converter] = {
     },
     "rsub.Tensor": _promoting(relax.op.subtract, swap=True),
     "rsub.Scalar": _promoting(relax.op.subtract, swap=True),
-    "div.Tensor": _promoting(relax.op.divide, "INT_TO_FLOAT"),
-    "div.Scalar": _promoting(relax.op.divide, "INT_TO_FLOAT"),
+    "div.Tensor": _TRUE_DIVIDE,
+    "div.Scalar": _TRUE_DIVIDE,
     "div.Tensor_mode": _divide,
     "div.Scalar_mode": _divide,
     "floor_divide.default": _promoting(relax.op.floor_divide),
@@ -621,7 +612,7 @@ def convert_map(importer, folded: dict) -> dict[str, Converter]:
     custom = dict(CONVERTERS)
     for name in _FLOATING_UNARY:
         if f"{name}.default" in importer.convert_map:
-            custom[f"{name}.default"] = _floating_input(f"{name}.default")
+            custom[f"{name}.default"] = _floating_input
     for name in names:
         custom[name] = _folding(custom.get(name) or _stock(importer, name), name, folded)
     return custom
