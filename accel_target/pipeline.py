@@ -53,6 +53,7 @@ from .microbatch import micro_batch
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
 from .transforms import (
+    BindConstantSizes,
     EmptyConstantsAtRunTime,
     FastMath,
     FoldConstantNumpy,
@@ -122,6 +123,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
             WholeInputPooling(),
             SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
             FoldConstantNumpy(),
+            BindConstantSizes(),  # sizes read from what the folding computed
             convert_layout,
             FoldConstantNumpy(),
             # what numpy does not fold, in one build (accel_target/folding.py)

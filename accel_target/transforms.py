@@ -27,7 +27,8 @@
   becomes its epilogue.
 
 `PadAsConv` carries the other spatial zero pads through ConvertLayout. `ShareConstants`
-makes tensor constants of equal value one.
+makes tensor constants of equal value one. `BindConstantSizes` makes the sizes a
+model reads from values computed at compile time static.
 `convert_input_layout` gives main channels-last image inputs.
 """
 
@@ -39,7 +40,7 @@ import math
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax, topi
+from tvm import relax, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy.layout import array_constant, constant_array, permutation, static_shape, tensor_shape
@@ -715,3 +716,70 @@ class ShareConstants:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return _rewrite_functions(_ConstantSharer, mod)
+
+
+def _known_dims(value, bound: dict) -> list[int] | None:
+    """The dimensions a match_cast reads from `value`, where they are known at compile time:
+    a shape of constants, the shape read from a constant tensor (``.item()`` of a tensor
+    FoldConstant computed), or a constant tensor's shape."""
+    if isinstance(value, relax.ShapeExpr) and all(isinstance(v, tirx.IntImm) for v in value.values):
+        return [int(v) for v in value.values]
+    if not isinstance(value, relax.Call):
+        return None
+    args = list(value.args)
+    if _op_name(value) == "relax.call_pure_packed" and isinstance(args[0], relax.ExternFunc):
+        name, args = str(args[0].global_symbol), args[1:]
+    else:
+        name = _op_name(value)
+    tensor = bound.get(args[0], args[0]) if args else None
+    if name in ("relax.tensor_to_shape", "vm.builtin.tensor_to_shape") and isinstance(tensor, tvm.ir.expr.Constant):
+        return [int(v) for v in tensor.value.numpy().reshape(-1)]
+    return None
+
+
+def _constant_sizes(func: relax.Function) -> dict:
+    """shape variable -> int, for the variables that a match_cast in `func` defines from a
+    value known at compile time."""
+    bound: dict = {}
+    sizes: dict = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            while isinstance(value, relax.Var) and value in bound:
+                value = bound[value]
+            bound[binding.var] = value
+            if not isinstance(binding, relax.MatchCast):
+                continue
+            if isinstance(binding.ty, relax.ShapeType) and binding.ty.values is not None:
+                pattern, dims = binding.ty.values, _known_dims(value, bound)
+            elif isinstance(binding.ty, relax.TensorType) and isinstance(value, tvm.ir.expr.Constant):
+                pattern, dims = binding.ty.shape.values, [int(d) for d in value.value.shape]
+            else:
+                continue
+            if dims is not None and len(dims) == len(pattern):
+                sizes.update((var, dim) for var, dim in zip(pattern, dims) if isinstance(var, tirx.Var))
+    return sizes
+
+
+@tvm.transform.module_pass(opt_level=0, name="BindConstantSizes")
+class BindConstantSizes:
+    """A shape variable that a match_cast reads from a value known at compile time becomes
+    that number in the whole function: ``.item()`` of a tensor computed from constants
+    (Reformer's axial position embeddings read their length from positions the folding
+    computed), and a match_cast of a constant shape. What it sizes is then static: folded,
+    fused and scheduled as any other tensor. Sized at run time, an op that broadcasts it
+    against a static shape has no known shape, which LegalizeOps skips and CodeGenVM then
+    fails on; and LegalizeOps gives a slice's shape a branch (``T.if_then_else(n < -4, n // 4
+    + 5, n // 4 + 1)``) that FuseOps fails on ("Cannot find the FInferType attribute
+    registered to op: prim.if_then_else"): Reformer ran unfused. After the first numpy folding;
+    repeated while it finds more (a size read from a shape of sizes)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            done: set = set()
+            while sizes := {var: dim for var, dim in _constant_sizes(mod[gvar]).items() if var not in done}:
+                mod = relax.transform.BindSymbolicVars(sizes, gvar.name_hint)(mod)
+                done.update(sizes)
+        return mod

@@ -301,6 +301,30 @@ def test_a_scalar_value_of_no_input_stays_a_scalar():
     assert_close(out, expected)
 
 
+def test_a_size_read_from_a_value_of_no_input_is_static():
+    """A slice sized by ``.item()`` of positions computed from no input (Reformer's axial
+    position embeddings): the size is bound to its value at compile time. Sized at run time,
+    the add after it had no known shape, and the build failed in CodeGenVM (stock TVM's too;
+    in Reformer, FuseOps failed on the slice's shape, and the model ran unfused)."""
+
+    class AxialPositions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(1, 4, 4, 8))
+
+        def forward(self, x):
+            last = torch.arange(x.shape[1]).max().item()
+            rows = self.table[:, : (last + 4) // 4].reshape(1, -1, 8)
+            return torch.relu(x + rows[:, : x.shape[1]]) * 2
+
+    model, x = AxialPositions(), torch.randn(1, 16, 8)
+    mod = accel_target.from_torch(model, (x,))
+    assert "match_cast" in mod["main"].script()  # the size is read at run time as imported
+    executable = accel_target.build(mod)
+    assert accel_target.report(executable).declines == ()
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+
+
 def test_convert_input_layout_signature():
     x = rand(1, 3, 4, 5)
     mod = convert_input_layout(single_op_module(lambda x: relax.op.nn.relu(x), {"x": x}, {}), "NHWC")
