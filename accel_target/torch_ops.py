@@ -15,6 +15,9 @@ PyTorch-computed constants for what depends on no input, and converters.
   float masks, ``is_causal`` and grouped-query attention; TVM's own converter
   takes float masks only and emits ``nn.attention``, a kernel of its own.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
+- Complex tensors, which TVM's importer has no dtype for, as (real, imaginary) pairs, and the
+  FFTs as products with DFT matrices (accel_target/torch_complex.py): FNet, Autoformer,
+  DeepSeek-V2's rotary embedding.
 - Elementwise ops (add, sub, mul, div in every rounding mode, comparisons, clamp, and the
   unary ops PyTorch computes in floating point) get their operands cast to the dtype PyTorch
   computes in, Python scalars too (`_promoting`): TVM's converters gave a scalar the
@@ -37,7 +40,7 @@ from tvm import relax
 
 from strategy.layout import array_constant, constant_array, same_dims, tensor_shape
 
-from . import indexing
+from . import indexing, torch_complex
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
@@ -106,8 +109,12 @@ def input_independent_values(program) -> dict:
 
 def _as_relax(value) -> relax.Expr:
     """A relax constant (or tuple of constants) holding a PyTorch value."""
+    import torch
+
     if isinstance(value, (tuple, list)):
         return relax.Tuple([_as_relax(v) for v in value])
+    if value.is_complex():  # carried as (real, imaginary) pairs (accel_target/torch_complex.py)
+        value = torch.view_as_real(value)
     return array_constant(value.detach().contiguous().numpy())
 
 
@@ -613,9 +620,22 @@ def convert_map(importer, folded: dict) -> dict[str, Converter]:
     for name in _FLOATING_UNARY:
         if f"{name}.default" in importer.convert_map:
             custom[f"{name}.default"] = _floating_input
+    for name, complex_converter in torch_complex.CONVERTERS.items():
+        custom[name] = _complex_or(complex_converter, custom.get(name) or _stock(importer, name))
     for name in names:
         custom[name] = _folding(custom.get(name) or _stock(importer, name), name, folded)
     return custom
+
+
+def _complex_or(complex_converter: Converter, real_converter: Converter | None) -> Converter:
+    """`complex_converter` where a node has a complex input or result, else `real_converter`."""
+
+    def convert(node, importer):
+        if torch_complex.touches_complex(node) or real_converter is None:
+            return complex_converter(node, importer)
+        return real_converter(node, importer)
+
+    return convert
 
 
 def import_program(program, *, keep_params_as_input: bool = False):
@@ -626,6 +646,8 @@ def import_program(program, *, keep_params_as_input: bool = False):
     )
 
     program = program.run_decompositions(decompositions())
+    folded = input_independent_values(program)
+    torch_complex.check(program, folded)
     importer = ExportedProgramImporter()
-    custom = convert_map(importer, input_independent_values(program))
+    custom = convert_map(importer, folded)
     return indexing.checked_indexing(importer.from_exported_program(program, keep_params_as_input, True, False, custom))

@@ -1,11 +1,14 @@
 """Converters accel adds to TVM's PyTorch importer (accel_target/torch_ops.py), against PyTorch."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 import tvm
 
 import accel_target
+from accel_target.frontend import UnsupportedModelError
 from tests.helpers import assert_close, run_executable
 
 
@@ -189,3 +192,90 @@ def test_max_and_min_along_a_dim_index_the_first_extremum(op, dim, keepdim):
     expected_values, expected_indices = model(x)
     np.testing.assert_array_equal(values.numpy(), expected_values.numpy())
     np.testing.assert_array_equal(indices.numpy(), expected_indices.numpy())
+
+
+class _Lambda(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+
+def _autocorrelation(q, k):  # Autoformer's
+    return torch.fft.irfft(torch.fft.rfft(q, dim=1) * torch.conj(torch.fft.rfft(k, dim=1)), n=q.shape[1], dim=1)
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (lambda x: torch.fft.fftn(x, dim=(1, 2)).real, [(2, 6, 8)]),  # FNet's mixing
+        (lambda x: torch.view_as_real(torch.fft.fft(x, dim=-1)) * 1.0, [(3, 5)]),
+        (_autocorrelation, [(2, 6, 4), (2, 6, 4)]),
+        (lambda x: torch.view_as_real(torch.fft.rfft(x, dim=1, norm="ortho")) + 0, [(2, 7, 3)]),  # odd length
+        (lambda x: torch.fft.irfft(torch.fft.rfft(x), n=7, norm="forward"), [(2, 7)]),
+        (lambda x: torch.fft.ifft(torch.fft.fft(x, dim=0) * 2 + x, dim=0).imag, [(5, 3)]),  # complex + real
+        (lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 0.5, s=x.shape[-2:]), [(2, 4, 6)]),
+        (lambda x: torch.fft.irfft(torch.fft.fft(x) * 1j, n=6), [(2, 6)]),  # input cut (a complex slice)
+        (lambda x: torch.fft.irfft(torch.fft.rfft(x), n=10), [(2, 6)]),  # input padded
+    ],
+    ids=[
+        "fftn",
+        "fft",
+        "autocorrelation",
+        "rfft-odd-ortho",
+        "irfft-odd-forward",
+        "ifft",
+        "rfft2-irfft2",
+        "irfft-cut",
+        "irfft-padded",
+    ],
+)
+def test_ffts_match_pytorch(fn, shapes):
+    """torch.fft's transforms (aten._fft_r2c, _fft_c2c, _fft_c2r), complex values carried as
+    (real, imaginary) pairs and the DFTs products with constant matrices, on accel's kernels.
+    TVM's importer has no complex dtype and no FFT: FNet and Autoformer did not import."""
+    inputs = [torch.randn(*shape) for shape in shapes]
+    model = _Lambda(fn)
+    executable = accel_target.build(accel_target.from_torch(model, tuple(inputs)))
+    assert_close(run_executable(executable, *[x.numpy() for x in inputs]), model(*inputs).numpy())
+    report = accel_target.report(executable)
+    assert report.declines == ()
+    assert not [row for row in report.rows if row.op == "relax.matmul" and row.kind == "fallback"]
+
+
+class _Rotary(torch.nn.Module):
+    """DeepSeek-V2's rotary embedding: pairs of features as complex numbers, turned by a
+    complex table computed from no input."""
+
+    def forward(self, x):
+        angles = torch.outer(torch.arange(x.shape[1]).float(), 1 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+        turns = torch.polar(torch.ones_like(angles), angles)
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * turns).flatten(2) + torch.view_as_real(torch.conj(pairs) * 3).flatten(2)
+
+
+def test_complex_products_with_a_complex_constant_match_pytorch():
+    x = torch.randn(2, 5, 8)
+    executable = accel_target.build(accel_target.from_torch(_Rotary(), (x,)))
+    assert_close(run_executable(executable, x.numpy()), _Rotary()(x).numpy())
+
+
+@pytest.mark.parametrize(
+    "fn, x, message",
+    [
+        (lambda x: torch.fft.fft(x).abs(), torch.randn(2, 4), "abs.default of complex tensors is not supported"),
+        (lambda x: torch.fft.fft(x), torch.randn(2, 4), "returns a complex tensor; return torch.view_as_real"),
+        (
+            lambda x: torch.view_as_real(x * 2),
+            torch.randn(2, 4, dtype=torch.complex64),
+            "is complex (torch.complex64); accel takes real inputs",
+        ),
+    ],
+    ids=["an op not carried", "a complex result", "a complex input"],
+)
+def test_complex_values_accel_does_not_carry_are_an_error(fn, x, message):
+    """Never a computation on the (real, imaginary) pairs as if they were real values."""
+    with pytest.raises(UnsupportedModelError, match=re.escape(message)):
+        accel_target.from_torch(_Lambda(fn), (x,))
