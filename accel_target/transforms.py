@@ -719,9 +719,9 @@ class ShareConstants:
 
 
 def _known_dims(value, bound: dict) -> list[int] | None:
-    """The dimensions a match_cast reads from `value`, where they are known at compile time:
-    a shape of constants, the shape read from a constant tensor (``.item()`` of a tensor
-    FoldConstant computed), or a constant tensor's shape."""
+    """The dimensions a match_cast reads from the shape `value`, where they are known at
+    compile time: a shape of constants, or one read from a constant tensor (``.item()`` of a
+    tensor the folding computed; `bound`: variable -> value)."""
     if isinstance(value, relax.ShapeExpr) and all(isinstance(v, tirx.IntImm) for v in value.values):
         return [int(v) for v in value.values]
     if not isinstance(value, relax.Call):
@@ -744,16 +744,16 @@ def _constant_sizes(func: relax.Function) -> dict:
     sizes: dict = {}
     for block in func.body.blocks:
         for binding in block.bindings:
-            value = binding.value
-            while isinstance(value, relax.Var) and value in bound:
-                value = bound[value]
+            value = bound.get(binding.value, binding.value) if isinstance(binding.value, relax.Var) else binding.value
             bound[binding.var] = value
             if not isinstance(binding, relax.MatchCast):
                 continue
             if isinstance(binding.ty, relax.ShapeType) and binding.ty.values is not None:
                 pattern, dims = binding.ty.values, _known_dims(value, bound)
-            elif isinstance(binding.ty, relax.TensorType) and isinstance(value, tvm.ir.expr.Constant):
-                pattern, dims = binding.ty.shape.values, [int(d) for d in value.value.shape]
+            elif isinstance(value, tvm.ir.expr.Constant) and isinstance(
+                getattr(binding.ty, "shape", None), relax.ShapeExpr
+            ):
+                pattern, dims = binding.ty.shape.values, [int(d) for d in value.value.shape]  # a constant tensor's
             else:
                 continue
             if dims is not None and len(dims) == len(pattern):
