@@ -14,8 +14,9 @@ the models that use it (FNet, Autoformer: 8-512) is a small matrix product.
 
 Elementwise ops on complex values: ``mul`` and ``add`` / ``sub`` (complex with complex, real
 or a number), ``_conj``, copies (``clone``, ``_to_copy``: a real tensor made complex, a complex
-one's real parts); and ``slice`` and a zero ``constant_pad_nd`` (what irfft does to an input of
-another length). Any other op with a complex input or output is an error at import that names it
+one's real parts), ``abs`` (magnitudes: a spectrogram); shape ops: ``permute``, ``view`` /
+``reshape``, ``unsqueeze``, ``select``, ``slice`` and a zero ``constant_pad_nd`` (what irfft
+does to an input of another length). Any other op with a complex input or output is an error at import that names it
 (`check`), never a computation on the pairs as if they were real values.
 """
 
@@ -245,6 +246,46 @@ def pad_complex(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.nn.pad(pairs, [*widths, 0, 0]))
 
 
+def magnitude(node, importer) -> relax.Expr:
+    """aten.abs of a complex tensor: sqrt(re² + im²), real (a spectrogram's magnitudes)."""
+    bb = importer.block_builder
+    pairs = importer.env[node.args[0]]
+    squares = bb.emit(relax.op.sum(bb.emit(relax.op.multiply(pairs, pairs)), axis=[-1]))
+    return bb.emit(relax.op.sqrt(squares))
+
+
+def permute(node, importer) -> relax.Expr:
+    """aten.permute of a complex tensor: its pairs' axes alike, the pair axis kept last."""
+    pairs = importer.env[node.args[0]]
+    rank = len(tensor_shape(pairs)) - 1
+    order = [int(axis) % rank for axis in node.args[1]]
+    return importer.block_builder.emit(relax.op.permute_dims(pairs, [*order, rank]))
+
+
+def view(node, importer) -> relax.Expr:
+    """aten.view / reshape of a complex tensor: its pairs shaped alike, the pair axis kept."""
+    pairs = importer.env[node.args[0]]
+    return importer.block_builder.emit(relax.op.reshape(pairs, [*(int(d) for d in node.args[1]), 2]))
+
+
+def unsqueeze(node, importer) -> relax.Expr:
+    """aten.unsqueeze of a complex tensor (the new axis among the complex ones)."""
+    pairs = importer.env[node.args[0]]
+    axis = int(node.args[1]) % len(tensor_shape(pairs))  # the result has one complex axis more
+    return importer.block_builder.emit(relax.op.expand_dims(pairs, axis))
+
+
+def select(node, importer) -> relax.Expr:
+    """aten.select.int of a complex tensor: one index of a complex axis."""
+    pairs = importer.env[node.args[0]]
+    shape = tensor_shape(pairs)
+    axis = int(node.args[1]) % (len(shape) - 1)
+    index = int(node.args[2]) % int(shape[axis])
+    bb = importer.block_builder
+    picked = bb.emit(relax.op.strided_slice(pairs, [axis], [index], [index + 1]))
+    return bb.emit(relax.op.squeeze(picked, [axis]))
+
+
 def same(node, importer) -> relax.Expr:
     """view_as_real / view_as_complex: the pairs are the tensor itself (and an assertion of
     its metadata is nothing)."""
@@ -268,6 +309,12 @@ CONVERTERS = {
     "add.Scalar": _adding(relax.op.add),
     "sub.Tensor": _adding(relax.op.subtract),
     "sub.Scalar": _adding(relax.op.subtract),
+    "abs.default": magnitude,
+    "permute.default": permute,
+    "view.default": view,
+    "reshape.default": view,
+    "unsqueeze.default": unsqueeze,
+    "select.int": select,
     "slice.Tensor": slice_complex,
     "constant_pad_nd.default": pad_complex,
     "clone.default": copy,

@@ -17,7 +17,7 @@ PyTorch-computed constants for what depends on no input, and converters.
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
 - Complex tensors, which TVM's importer has no dtype for, as (real, imaginary) pairs, and the
   FFTs as products with DFT matrices (accel_target/torch_complex.py): FNet, Autoformer,
-  DeepSeek-V2's rotary embedding.
+  DeepSeek-V2's rotary embedding, torch.stft spectrograms.
 - Elementwise ops (add, sub, mul, div in every rounding mode, comparisons, clamp, and the
   unary ops PyTorch computes in floating point) get their operands cast to the dtype PyTorch
   computes in, Python scalars too (`_promoting`): TVM's converters gave a scalar the

@@ -203,6 +203,15 @@ class _Lambda(torch.nn.Module):
         return self.fn(*inputs)
 
 
+def _power_spectrogram(x):  # torch.stft: a window over frames (unfold), rfft, permute, abs
+    return torch.stft(x, 16, hop_length=4, window=torch.hann_window(16), return_complex=True).abs() ** 2
+
+
+def _complex_shapes(x):  # unsqueeze, view, select, permute and abs of complex values
+    spectrum = torch.fft.fft(x).unsqueeze(1).reshape(2, 3, 2, 4)[:, 1].permute(2, 0, 1)
+    return torch.view_as_real(spectrum) + spectrum.abs().unsqueeze(-1)
+
+
 def _autocorrelation(q, k):  # Autoformer's
     return torch.fft.irfft(torch.fft.rfft(q, dim=1) * torch.conj(torch.fft.rfft(k, dim=1)), n=q.shape[1], dim=1)
 
@@ -219,6 +228,8 @@ def _autocorrelation(q, k):  # Autoformer's
         (lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 0.5, s=x.shape[-2:]), [(2, 4, 6)]),
         (lambda x: torch.fft.irfft(torch.fft.fft(x) * 1j, n=6), [(2, 6)]),  # input cut (a complex slice)
         (lambda x: torch.fft.irfft(torch.fft.rfft(x), n=10), [(2, 6)]),  # input padded
+        (_power_spectrogram, [(2, 64)]),
+        (_complex_shapes, [(2, 3, 8)]),
     ],
     ids=[
         "fftn",
@@ -230,6 +241,8 @@ def _autocorrelation(q, k):  # Autoformer's
         "rfft2-irfft2",
         "irfft-cut",
         "irfft-padded",
+        "stft-power",
+        "complex-shape-ops",
     ],
 )
 def test_ffts_match_pytorch(fn, shapes):
@@ -265,7 +278,7 @@ def test_complex_products_with_a_complex_constant_match_pytorch():
 @pytest.mark.parametrize(
     "fn, x, message",
     [
-        (lambda x: torch.fft.fft(x).abs(), torch.randn(2, 4), "abs.default of complex tensors is not supported"),
+        (lambda x: torch.view_as_real(torch.fft.fft(x).sum(-1)), torch.randn(2, 4), "sum.dim_IntList of complex"),
         (lambda x: torch.fft.fft(x), torch.randn(2, 4), "returns a complex tensor; return torch.view_as_real"),
         (
             lambda x: torch.view_as_real(x * 2),
