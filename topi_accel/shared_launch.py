@@ -130,9 +130,14 @@ def _first_task_only(stmt: tirx.Stmt) -> tirx.Stmt:
 def _joins(ty) -> bool:
     """Whether a parameter of type `ty` can be one of a merged kernel: a buffer whose dimensions
     are numbers, or variables where it has no layout of its own (TVMScript's buffers'
-    layouts name the shape variables, which `merge` does not rename in them)."""
+    layouts name the shape variables, which `merge` does not rename in them), and whose offset
+    and strides are numbers (TVM's scan kernel, cumsum, takes its input at an offset of a
+    variable that only a kernel's own parameters bind)."""
     shape = getattr(ty, "shape", None)
     if shape is None or not all(isinstance(d, (tirx.IntImm, tirx.Var)) for d in shape):
+        return False
+    placement = [ty.elem_offset, *(ty.strides or ())]
+    if not all(v is None or isinstance(v, tirx.IntImm) for v in placement):
         return False
     return ty.layout is None or all(isinstance(d, tirx.IntImm) for d in shape)
 

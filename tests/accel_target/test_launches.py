@@ -146,3 +146,28 @@ def test_kernels_too_small_to_wake_the_pool_for_run_in_parallel_in_a_shared_laun
     out = run_executable(accel_target.build(mod, target=target), x.numpy())
     assert np.array_equal(out, run_executable(_unshared(mod, target), x.numpy()))
     assert_close(out, ref)
+
+
+class _SegmentSum(nn.Module):
+    """Mamba2's segment sum (transformers' segment_sum: Bamba, Mamba2): a masked running sum
+    along the second last axis, TVM's scan kernel, whose input buffer sits at an offset of a
+    variable."""
+
+    def forward(self, x):
+        n = x.size(-1)
+        spread = x[..., None].expand(*x.size(), n)
+        spread = spread.masked_fill(~torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1), 0)
+        sums = torch.cumsum(spread, dim=-2)
+        sums = sums.masked_fill(~torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=0), -torch.inf)
+        return torch.exp(sums).sum(-1)
+
+
+def test_a_kernel_whose_buffer_sits_at_a_variable_offset_launches_alone():
+    """It does not join a shared launch, which would leave its offset unbound: the module's
+    SharedLaunches failed ("variables (elem_offset,) are used, but are not passed in as API
+    arguments"; declined) and no kernel of the model shared a launch."""
+    model, x = _SegmentSum(), torch.randn(1, 4, 2, 64)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert executable.report.declines == ()
+    assert "cumsum" in _called(executable)
+    assert_close(run_executable(executable, x.numpy()), model(x).numpy())
