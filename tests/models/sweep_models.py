@@ -1412,4 +1412,54 @@ MODELS = {
     "autoformer": autoformer,
     "patchtsmixer": patchtsmixer,
     "timesfm": timesfm,
+    # stop 39: decoders (mixtures of experts among them), two encoders, a Mamba2 hybrid
+    "camembert": lambda: text("CamembertConfig", "CamembertModel", **ENC),
+    "nomic_bert": lambda: text("NomicBertConfig", "NomicBertModel", **ENC),
+    "openai_gpt": lambda: causal(
+        "OpenAIGPTConfig", "OpenAIGPTLMHeadModel", n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64
+    ),
+    "olmo3": lambda: causal("Olmo3Config", "Olmo3ForCausalLM", num_key_value_heads=2, pad_token_id=0, **DEC),
+    "ernie4_5": lambda: causal("Ernie4_5Config", "Ernie4_5ForCausalLM", head_dim=16, num_key_value_heads=2, **DEC),
+    "qwen3_moe": lambda: causal(
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        head_dim=16,
+        num_key_value_heads=2,
+        **DEC,
+    ),
+    "phimoe": lambda: causal(
+        "PhimoeConfig", "PhimoeForCausalLM", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **DEC
+    ),
+    "gpt_oss": lambda: causal(
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        head_dim=16,
+        num_key_value_heads=2,
+        **DEC,
+    ),
+    "doge": lambda: causal("DogeConfig", "DogeForCausalLM", **DEC),
+    "diffllama": lambda: causal("DiffLlamaConfig", "DiffLlamaForCausalLM", num_key_value_heads=2, **DEC),
+    "seed_oss": lambda: causal("SeedOssConfig", "SeedOssForCausalLM", head_dim=16, num_key_value_heads=2, **DEC),
+    "vaultgemma": lambda: causal(
+        "VaultGemmaConfig", "VaultGemmaForCausalLM", head_dim=16, num_key_value_heads=2, **DEC
+    ),
+    "hunyuan_dense": lambda: causal(
+        "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", head_dim=16, num_key_value_heads=2, **DEC
+    ),
+    "bamba": lambda: causal(
+        "BambaConfig",
+        "BambaForCausalLM",
+        num_key_value_heads=2,
+        mamba_n_heads=4,
+        mamba_d_head=32,
+        mamba_d_state=16,
+        mamba_n_groups=1,
+        attn_layer_indices=[1],
+        **DEC,
+    ),
 }
