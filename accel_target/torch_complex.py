@@ -16,8 +16,9 @@ Elementwise ops on complex values: ``mul`` and ``add`` / ``sub`` (complex with c
 or a number), ``_conj``, copies (``clone``, ``_to_copy``: a real tensor made complex, a complex
 one's real parts), ``abs`` (magnitudes: a spectrogram); shape ops: ``permute``, ``view`` /
 ``reshape``, ``unsqueeze``, ``select``, ``slice`` and a zero ``constant_pad_nd`` (what irfft
-does to an input of another length). Any other op with a complex input or output is an error at import that names it
-(`check`), never a computation on the pairs as if they were real values.
+does to an input of another length). Any other op with a complex input or output is an error
+at import that names it (`check`), never a computation on the pairs as if they were real
+values.
 """
 
 from __future__ import annotations
@@ -42,14 +43,20 @@ def is_complex(node) -> bool:
     return isinstance(value, torch.Tensor) and value.is_complex()
 
 
-def _name(node) -> str:
+def aten_name(node) -> str:
+    """An aten op's name as the importer's table has it ("div.Tensor_mode")."""
     return f"{node.target._opname}.{node.target._overloadname}"
+
+
+def cast(bb, value: relax.Expr, dtype: str) -> relax.Expr:
+    """`value` as `dtype` (itself if it is of that dtype)."""
+    return value if str(value.ty.dtype) == dtype else bb.emit(relax.op.astype(value, dtype))
 
 
 def _part_dtype(node) -> str:
     dtype = str(node.meta["val"].dtype)
     if dtype not in _PART_DTYPES:
-        raise NotImplementedError(f"accel: {_name(node)} gives {dtype}; supported: complex64, complex128")
+        raise NotImplementedError(f"accel: {aten_name(node)} gives {dtype}; supported: complex64, complex128")
     return _PART_DTYPES[dtype]
 
 
@@ -95,14 +102,12 @@ def _dft(bb, pairs: relax.Expr, axis: int, inverse: bool, scale: float) -> relax
     return out if back is None else bb.emit(relax.op.permute_dims(out, back))
 
 
-def _transform(node, shape: list, rank: int) -> tuple[list[int], float]:
+def _transform(node, shape: list, rank: int, last: int | None = None) -> tuple[list[int], float]:
     """The transformed axes of an aten._fft_* node (of a tensor of `rank` axes, complex ones
-    counted as one, and of `shape`), and its normalization's scale for their lengths (an
-    inverse real transform's last length is its argument's, not its input's)."""
+    counted as one, and of `shape`), and its normalization's scale for their lengths (`last`:
+    the last one's, where it is not the input's: an inverse real transform's)."""
     dims = [int(d) % rank for d in node.args[1]]
-    lengths = [int(shape[d]) for d in dims]
-    if "c2r" in _name(node):
-        lengths[-1] = int(node.args[3])
+    lengths = [int(shape[d]) for d in dims[:-1]] + [last or int(shape[dims[-1]])]
     return dims, _NORMALIZATION[int(node.args[2])](math.prod(lengths))
 
 
@@ -140,11 +145,11 @@ def fft_c2r(node, importer) -> relax.Expr:
     `last_dim_size`; the imaginary parts of its first value (and of its middle one for an even
     size) are ignored, as in PyTorch."""
     bb, pairs = importer.block_builder, importer.env[node.args[0]]
-    shape = tensor_shape(pairs)
-    dims, scale = _transform(node, shape, len(shape) - 1)
+    shape, n = tensor_shape(pairs), int(node.args[3])
+    dims, scale = _transform(node, shape, len(shape) - 1, last=n)
     for d in dims[:-1]:
         pairs = _dft(bb, pairs, d, True, 1.0)
-    n, given = int(node.args[3]), int(shape[dims[-1]])
+    given = int(shape[dims[-1]])
     k = np.arange(given)
     weight = np.where((k == 0) | (2 * k == n), 1.0, 2.0) * (k < n // 2 + 1) * scale  # the conjugate half
     angles = _angles(given, n, n)
@@ -166,11 +171,10 @@ def _pairs_of(importer, arg, dtype: str) -> relax.Expr:
     bb = importer.block_builder
     if isinstance(arg, (bool, int, float, complex)):
         return relax.const(np.array([complex(arg).real, complex(arg).imag], dtype))
-    value = importer.env[arg]
+    value = cast(bb, importer.env[arg], dtype)
     if is_complex(arg):
-        return value if str(value.ty.dtype) == dtype else bb.emit(relax.op.astype(value, dtype))
-    real = value if str(value.ty.dtype) == dtype else bb.emit(relax.op.astype(value, dtype))
-    return bb.emit(relax.op.stack([real, bb.emit(relax.op.zeros_like(real))], axis=-1))
+        return value
+    return bb.emit(relax.op.stack([value, bb.emit(relax.op.zeros_like(value))], axis=-1))
 
 
 def multiply(node, importer) -> relax.Expr:
@@ -185,7 +189,7 @@ def multiply(node, importer) -> relax.Expr:
     if isinstance(factor, (bool, int, float)):
         scale = relax.const(factor, dtype)
     else:  # a real tensor scales both parts
-        scale = bb.emit(relax.op.expand_dims(bb.emit(relax.op.astype(importer.env[factor], dtype)), -1))
+        scale = bb.emit(relax.op.expand_dims(cast(bb, importer.env[factor], dtype), -1))
     return bb.emit(relax.op.multiply(_pairs_of(importer, pairs, dtype), scale))
 
 
@@ -217,8 +221,7 @@ def copy(node, importer) -> relax.Expr:
     if is_complex(node):
         return _pairs_of(importer, arg, _part_dtype(node))
     real = _parts(importer.block_builder, importer.env[arg])[0]
-    dtype = str(node.meta["val"].dtype).removeprefix("torch.")
-    return real if str(real.ty.dtype) == dtype else importer.block_builder.emit(relax.op.astype(real, dtype))
+    return cast(importer.block_builder, real, str(node.meta["val"].dtype).removeprefix("torch."))
 
 
 def slice_complex(node, importer) -> relax.Expr:
@@ -345,7 +348,7 @@ def check(program, folded: dict) -> None:
             raise NotImplementedError(
                 "accel: the model returns a complex tensor; return torch.view_as_real of it (accel's results are real)"
             )
-        if node.op == "call_function" and _name(node) not in CONVERTERS:
+        if node.op == "call_function" and aten_name(node) not in CONVERTERS:
             raise NotImplementedError(
-                f"accel: {_name(node)} of complex tensors is not supported; complex values go through {supported}"
+                f"accel: {aten_name(node)} of complex tensors is not supported; complex values go through {supported}"
             )

@@ -41,6 +41,8 @@ from tvm import relax
 from strategy.layout import array_constant, constant_array, same_dims, tensor_shape
 
 from . import indexing, torch_complex
+from .torch_complex import aten_name as _name
+from .torch_complex import cast
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
 
 # Input kinds of an ExportedProgram whose values are fixed at export and bound as
@@ -277,8 +279,7 @@ def _operand_dtype(operands: list, kind: str) -> str | None:
 def _operand(importer, arg, dtype: str) -> relax.Expr:
     """An operand (fx node or Python number) as a relax value of `dtype`."""
     if not isinstance(arg, (bool, int, float)):
-        value = importer.env[arg]
-        return value if str(value.ty.dtype) == dtype else importer.block_builder.emit(relax.op.astype(value, dtype))
+        return cast(importer.block_builder, importer.env[arg], dtype)
     return relax.const(arg, dtype)
 
 
@@ -311,11 +312,6 @@ def _promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
         return bb.emit(compute(lhs, rhs))
 
     return convert
-
-
-def _name(node) -> str:
-    """An aten op's name as the importer's table has it ("div.Tensor_mode")."""
-    return f"{node.target._opname}.{node.target._overloadname}"
 
 
 def _theirs(node, importer) -> relax.Expr:
@@ -394,10 +390,7 @@ def _floating_input(node, importer) -> relax.Expr:
     reciprocal, ...), given an integer or bool tensor: its input cast to the result's dtype,
     then TVM's converter (which kept it integral: the reciprocal of 2 was 0; exp failed)."""
     arg, dtype = node.args[0], str(node.meta["val"].dtype).removeprefix("torch.")
-    value = importer.env[arg]
-    if str(value.ty.dtype) != dtype:
-        value = importer.block_builder.emit(relax.op.astype(value, dtype))
-    return _theirs_with(node, importer, arg, value)
+    return _theirs_with(node, importer, arg, cast(importer.block_builder, importer.env[arg], dtype))
 
 
 # (the unary ops of PyTorch's INT_TO_FLOAT type promotion that TVM's importer converts)

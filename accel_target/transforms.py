@@ -724,16 +724,12 @@ def _known_dims(value, bound: dict) -> list[int] | None:
     tensor the folding computed; `bound`: variable -> value)."""
     if isinstance(value, relax.ShapeExpr) and all(isinstance(v, tirx.IntImm) for v in value.values):
         return [int(v) for v in value.values]
-    if not isinstance(value, relax.Call):
-        return None
-    args = list(value.args)
-    if _op_name(value) == "relax.call_pure_packed" and isinstance(args[0], relax.ExternFunc):
-        name, args = str(args[0].global_symbol), args[1:]
-    else:
-        name = _op_name(value)
-    tensor = bound.get(args[0], args[0]) if args else None
-    if name in ("relax.tensor_to_shape", "vm.builtin.tensor_to_shape") and isinstance(tensor, tvm.ir.expr.Constant):
-        return [int(v) for v in tensor.value.numpy().reshape(-1)]
+    # (the importer's R.tensor_to_shape is a packed call by the time the folding is done)
+    packed = value.args[0] if _op_name(value) == "relax.call_pure_packed" else None
+    if isinstance(packed, relax.ExternFunc) and str(packed.global_symbol) == "vm.builtin.tensor_to_shape":
+        tensor = bound.get(value.args[1], value.args[1])
+        if isinstance(tensor, tvm.ir.expr.Constant):
+            return [int(v) for v in tensor.value.numpy().reshape(-1)]
     return None
 
 
@@ -746,17 +742,10 @@ def _constant_sizes(func: relax.Function) -> dict:
         for binding in block.bindings:
             value = bound.get(binding.value, binding.value) if isinstance(binding.value, relax.Var) else binding.value
             bound[binding.var] = value
-            if not isinstance(binding, relax.MatchCast):
+            if not isinstance(binding, relax.MatchCast) or not isinstance(binding.ty, relax.ShapeType):
                 continue
-            if isinstance(binding.ty, relax.ShapeType) and binding.ty.values is not None:
-                pattern, dims = binding.ty.values, _known_dims(value, bound)
-            elif isinstance(value, tvm.ir.expr.Constant) and isinstance(
-                getattr(binding.ty, "shape", None), relax.ShapeExpr
-            ):
-                pattern, dims = binding.ty.shape.values, [int(d) for d in value.value.shape]  # a constant tensor's
-            else:
-                continue
-            if dims is not None and len(dims) == len(pattern):
+            pattern, dims = binding.ty.values, _known_dims(value, bound)
+            if pattern is not None and dims is not None and len(dims) == len(pattern):
                 sizes.update((var, dim) for var, dim in zip(pattern, dims) if isinstance(var, tirx.Var))
     return sizes
 
@@ -766,7 +755,7 @@ class BindConstantSizes:
     """A shape variable that a match_cast reads from a value known at compile time becomes
     that number in the whole function: ``.item()`` of a tensor computed from constants
     (Reformer's axial position embeddings read their length from positions the folding
-    computed), and a match_cast of a constant shape. What it sizes is then static: folded,
+    computed), and a match_cast of a shape of constants. What it sizes is then static: folded,
     fused and scheduled as any other tensor. Sized at run time, an op that broadcasts it
     against a static shape has no known shape, which LegalizeOps skips and CodeGenVM then
     fails on; and LegalizeOps gives a slice's shape a branch (``T.if_then_else(n < -4, n // 4
