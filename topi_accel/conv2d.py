@@ -26,9 +26,9 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
-from .symbolic import extent, prim_func
+from .symbolic import extent, is_static, prim_func
 from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
@@ -65,8 +65,11 @@ class Conv2DConfig:
     float32 lanes of the target's vectors, whether to use threads, whether the
     channel-block loop is outermost (a weight panel reused across all rows: large kernels)
     or innermost (every channel block of an output row while its input rows are cached:
-    large images with small kernels, small grouped and depthwise kernels), and whether the
-    output-column tiles join the parallel loop (too few rows for the threads: H = 1, conv1d)."""
+    large images with small kernels, small grouped and depthwise kernels), whether the
+    output-column tiles join the parallel loop (too few rows for the threads: H = 1, conv1d),
+    and in how many chunks of output rows, one after the other, a channel-block-outer loop
+    runs (1: the channel blocks split across the threads; one per thread: the rows do, so
+    that each thread writes the rows the next kernel's thread reads, `_row_chunks`)."""
 
     oc_block: int
     ow_block: int
@@ -74,6 +77,7 @@ class Conv2DConfig:
     parallel: bool = True
     channels_outer: bool = True
     columns_parallel: bool = False
+    row_chunks: int = 1
 
 
 def _as_list(value, repeat: int) -> list:
@@ -185,13 +189,15 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
     outer = _channels_outer(geo, dtype)
+    columns = _columns_parallel(geo, oc_block, outer, knobs)
     return Conv2DConfig(
         oc_block=oc_block,
         ow_block=ow_block,
         lanes=knobs.lanes,
         parallel=knobs.parallel,
         channels_outer=outer,
-        columns_parallel=_columns_parallel(geo, oc_block, outer, knobs),
+        columns_parallel=columns,
+        row_chunks=_row_chunks(geo, dtype, outer and not columns, knobs),
     )
 
 
@@ -258,6 +264,29 @@ MIN_PARALLEL_ROWS_PER_CORE = 2
 def _columns_parallel(geo: Conv2DGeometry, oc_block: int, channels_outer: bool, knobs) -> bool:
     rows = geo.batch * geo.out_h * (round_up(geo.out_c, oc_block) // oc_block if channels_outer else 1)
     return knobs.parallel and rows < MIN_PARALLEL_ROWS_PER_CORE * knobs.cores
+
+
+# Kernel bytes up to which a channel-block-outer conv splits its rows, not its channel blocks,
+# across the threads (every thread then reads the whole kernel; see _row_chunks).
+ROW_CHUNKS_MAX_KERNEL_BYTES = 256 * 1024
+
+
+def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) -> int:
+    """Chunks of output rows of a channel-block-outer dense conv: one per thread when its
+    kernel is small enough for every thread to read it all, else 1.
+
+    The threads take the parallel loop in contiguous slices (`topi_accel.workshare`). With
+    the channel blocks outermost, a thread writes some channels of every row; the next
+    kernel (a depthwise conv, a pointwise conv: rows outermost) then reads half of its input
+    from the other core's cache. With a chunk of rows per thread outermost, each thread
+    writes whole rows. MobileNetV2's 14x14 stage, 2 threads (Zen 4, AVX-512): its depthwise
+    convs 1.3-1.8x faster in the model."""
+    if not (channels_outer and knobs.parallel and knobs.cores > 1 and geo.groups == 1):
+        return 1
+    kernel_bytes = tvm.DataType(dtype).itemsize * geo.out_c * geo.kh * geo.kw * geo.in_c
+    if kernel_bytes > ROW_CHUNKS_MAX_KERNEL_BYTES or geo.batch * geo.out_h < knobs.cores:
+        return 1
+    return knobs.cores
 
 
 def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
@@ -361,11 +390,18 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-        outer = sch.fuse(oo, n, h, *columns)
+        chunks = cfg.row_chunks if cfg.parallel and is_static(batch) and not columns else 1
+        if chunks > 1:  # (chunk of rows, channel block, row in chunk): a thread's rows
+            chunk, rows = sch.split(sch.fuse(n, h), [chunks, None])
+            sch.reorder(chunk, oo)
+            outer = sch.fuse(chunk, oo, rows)
+        else:
+            outer = sch.fuse(oo, n, h, *columns)
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
             per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
+            per_panel = per_panel if chunks == 1 else ceil_div(int(per_panel), chunks)
             prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)

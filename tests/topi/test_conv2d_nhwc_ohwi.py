@@ -84,6 +84,35 @@ def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
     assert_close(out, ref)
 
 
+# a channel-block-outer loop in chunks of rows, one per thread: rows that do not divide into
+# the chunks (7, 5 x batch 2), strided and padded, batch 2, 2 and 3 chunks
+@pytest.mark.parametrize("row_chunks", [2, 3])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 7, 7, 24, 40, 1, 1, 0, 1, 1), (2, 9, 10, 8, 50, 3, 2, 1, 1, 1), (1, 14, 14, 64, 384, 1, 1, 0, 1, 1)],
+    ids=str,
+)
+def test_conv2d_rows_in_chunks(shape, row_chunks):
+    out, ref, cfg = _run(shape, "accel", channels_outer=True, row_chunks=row_chunks, columns_parallel=False)
+    assert cfg.parallel
+    assert_close(out, ref)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4])
+def test_a_small_kernel_outer_over_few_rows_gives_each_thread_its_rows(cores):
+    """A channel-block-outer conv whose kernel every thread can read splits its rows across
+    the target's threads (the next kernel's thread then reads the rows this one wrote); a
+    large kernel keeps its channel blocks split, and a single thread has one chunk."""
+    with tvm.target.Target({"tag": "accel", "num-cores": cores}):
+
+        def config(h, c, o):
+            return topi_accel.conv2d_config(topi_accel.conv2d_geometry((1, h, h, c), (o, 1, 1, c)))
+
+        small, large = config(14, 64, 384), config(7, 512, 2048)  # 96 KB and 4 MB kernels
+    assert small.channels_outer and large.channels_outer
+    assert small.row_chunks == cores and large.row_chunks == 1
+
+
 # per ISA: (out channels, the block chosen) -- three vectors when that divides the channels,
 # else two (144 on AVX-512: 48, not 32 padded to 160; 64: 32) -- and the widest
 # row of outputs the register budget holds with two vectors (24 zmm / 12 ymm accumulators)

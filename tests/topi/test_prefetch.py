@@ -24,11 +24,11 @@ def _dense(m, k, n, parallel=True):
     return topi_accel.dense_kn_func(m, k, n, cfg), cfg
 
 
-def _conv(parallel=True):
+def _conv(parallel=True, **config):
     # 8x8 outputs, a 1x1 kernel of 32 KB: channel blocks outer (8 rows of 8 pixels per panel)
     geo = topi_accel.conv2d_geometry((1, 8, 8, 128), (64, 1, 1, 128))
     with tvm.target.Target("accel") as target:
-        cfg = replace(topi_accel.conv2d_config(geo, target), parallel=parallel)
+        cfg = replace(topi_accel.conv2d_config(geo, target), parallel=parallel, **config)
     assert cfg.channels_outer
     return topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), cfg
 
@@ -77,6 +77,21 @@ def test_each_panel_prefetches_the_next_one_line_by_line(make):
     # serial: the first panel's rows run first, and fetch the second panel
     first = lines[: len(lines) // panels]
     assert min(first) >= panel_lines - 1 and max(first) < 2 * panel_lines + 1
+
+
+def test_each_chunk_of_rows_prefetches_every_panel():
+    """Rows in chunks (one per thread), each over every channel block: each chunk's rows of a
+    panel fetch the next panel, the last panel's the first (wrapping)."""
+    func, _ = _conv(row_chunks=2)
+    lines = []
+    tvm.register_global_func(RECORD, lambda offset: lines.append(offset // LINE), override=True)
+    recording = topi_accel.insert_prefetches(func, fetch=lambda b, o: tirx.Evaluate(tirx.call_packed(RECORD, o)))
+    inputs = [rand(*[int(v) for v in p.ty.shape]) for p in func.params[:-1]]
+    run_primfunc(recording, inputs, [int(v) for v in func.params[-1].ty.shape])
+    panels, panel = _panels(func)
+    total = panels * panel // LINE
+    assert set(lines) == set(range(total))
+    assert 2 * total <= len(lines) < 2 * 1.25 * total  # every line once per chunk
 
 
 def test_no_prefetch_where_the_weights_stream_anyway():
