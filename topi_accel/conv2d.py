@@ -12,7 +12,9 @@ block innermost instead for grouped/depthwise convs; a register tile of
 ``ow_block`` output columns x ``oc_block`` channels accumulates over
 (kh, kw, c) with the input broadcast (loaded as a vector when depthwise) and
 the weights vector-loaded. With the channel block outermost, each output row
-prefetches its share of the next block's kernel (`topi_accel.prefetch`).
+prefetches its share of the next block's kernel (`topi_accel.prefetch`); a small kernel's
+rows then come in one chunk per thread outside the channel blocks, so that a thread writes
+the rows the next kernel's thread reads (`Conv2DConfig.row_chunks`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,94 @@
+"""A/B of a heuristic: a model built as it is (A) and with module constants set otherwise (B),
+the two executables timed in turns in one process.
+
+    python benchmarks/bench_ab.py --set topi_accel.conv2d.ROW_CHUNKS_MAX_KERNEL_BYTES=-1
+                                  [--models mobilenet_v2,resnet50] [--mcpu haswell] [--rounds 25]
+
+Both builds are accel's kernels on accel's thread pool, so sharing a process costs neither
+(unlike two runtimes' pools: bench_models.py gives those a process each), and turns back to
+back see the same state of a shared host. Prints each build's median time and the median
+over rounds of B's time / A's (above 1: A, the code as it is, is faster); both builds are
+checked against PyTorch first. Threads: TVM_NUM_THREADS (ACCEL_BENCH_THREADS), else every
+core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import sys
+
+if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the other benchmarks
+    os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import tvm  # noqa: E402
+from models import MODELS, make  # noqa: E402
+
+import accel_target  # noqa: E402
+from accel_target.benchmark import max_rel_error, median_ms, vm_runner  # noqa: E402
+
+
+def _setting(text: str) -> tuple[object, str, object]:
+    """(module, name, value) of ``package.module.NAME=literal``."""
+    path, sep, literal = text.partition("=")
+    module, _, name = path.rpartition(".")
+    if not sep or not module:
+        raise SystemExit(f"--set {text!r}: expected MODULE.NAME=VALUE (topi_accel.conv2d.MIN_FMA_CHAINS=8)")
+    mod = importlib.import_module(module)
+    if not hasattr(mod, name):
+        raise SystemExit(f"--set {text!r}: {module} has no {name}")
+    return mod, name, ast.literal_eval(literal)
+
+
+def _build(model, x, target, settings):
+    """The model built with `settings` in force (restored after)."""
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings]
+    try:
+        for mod, name, value in settings:
+            setattr(mod, name, value)
+        layout = "NHWC" if x.dim() == 4 else None
+        return accel_target.build(accel_target.from_torch(model, x), input_layout=layout, target=target)
+    finally:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", action="append", required=True, help="MODULE.NAME=VALUE for build B (repeatable)")
+    ap.add_argument("--models", default="mobilenet_v2", help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--mcpu", help="build for this CPU (haswell: AVX2) instead of the host's")
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--repeat", type=int, default=20, help="calls timed per turn")
+    args = ap.parse_args(argv)
+    settings = [_setting(s) for s in args.set]
+    target = tvm.target.Target({"tag": "accel", "mcpu": args.mcpu}) if args.mcpu else "accel"
+    print(f"{accel_target.num_threads()} threads; B: {', '.join(args.set)}; target {target}")
+    for name in args.models.split(","):
+        model, x = make(name)
+        with torch.no_grad():
+            ref = model(x).numpy()
+        inputs = [(x.permute(0, 2, 3, 1) if x.dim() == 4 else x).contiguous().numpy()]
+        runs = {}
+        for label, changes in (("A", []), ("B", settings)):
+            run = vm_runner(_build(model, x, target, changes), inputs)
+            error = max_rel_error(run().numpy(), ref)
+            if error > 1e-4:
+                raise SystemExit(f"{name}: build {label} is {error:.1e} off PyTorch")
+            runs[label] = run
+        times = {"A": [], "B": []}
+        for _ in range(args.rounds):
+            for label, run in runs.items():
+                times[label].append(median_ms(run, args.repeat))
+        ratio = np.median(np.array(times["B"]) / np.array(times["A"]))
+        a, b = (float(np.median(times[k])) for k in "AB")
+        print(f"{name}: A {a:.3f} ms, B {b:.3f} ms, B / A {ratio:.3f} (median of {args.rounds} rounds)")
+
+
+if __name__ == "__main__":
+    main()
