@@ -2,13 +2,14 @@
 the two executables timed in turns in one process.
 
     python benchmarks/bench_ab.py --set topi_accel.conv2d.ROW_CHUNKS_MAX_KERNEL_BYTES=-1
-                                  [--models mobilenet_v2,resnet50] [--mcpu haswell] [--rounds 25]
+                                  [--models mobilenet_v2,resnet50] [--mcpu haswell] [--rounds 25] [--int8]
 
 Both builds are accel's kernels on accel's thread pool, so sharing a process costs neither
 (unlike two runtimes' pools: bench_models.py gives those a process each), and turns back to
 back see the same state of a shared host. Prints each build's median time and the median
 over rounds of B's time / A's (above 1: A, the code as it is, is faster); both builds are
-checked against PyTorch first. Threads: TVM_NUM_THREADS (ACCEL_BENCH_THREADS), else every
+checked against PyTorch first (`--int8`: the models quantized by ONNX Runtime's
+`quantize_static`, as bench_int8.py does). Threads: TVM_NUM_THREADS (ACCEL_BENCH_THREADS), else every
 core.
 """
 
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import os
 import sys
+import tempfile
 
 if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the other benchmarks
     os.environ["TVM_NUM_THREADS"] = os.environ["ACCEL_BENCH_THREADS"]
@@ -45,14 +48,13 @@ def _setting(text: str) -> tuple[object, str, object]:
     return mod, name, ast.literal_eval(literal)
 
 
-def _build(model, x, target, settings):
-    """The model built with `settings` in force (restored after)."""
+def _build(make_module, target, settings, layout):
+    """The module built with `settings` in force (restored after)."""
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings]
     try:
         for mod, name, value in settings:
             setattr(mod, name, value)
-        layout = "NHWC" if x.dim() == 4 else None
-        return accel_target.build(accel_target.from_torch(model, x), input_layout=layout, target=target)
+        return accel_target.build(make_module(), input_layout=layout, target=target)
     finally:
         for mod, name, value in saved:
             setattr(mod, name, value)
@@ -65,6 +67,7 @@ def main(argv=None) -> None:
     ap.add_argument("--mcpu", help="build for this CPU (haswell: AVX2) instead of the host's")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--repeat", type=int, default=20, help="calls timed per turn")
+    ap.add_argument("--int8", action="store_true", help="the models quantized (bench_int8.py's QDQ files)")
     args = ap.parse_args(argv)
     settings = [_setting(s) for s in args.set]
     target = tvm.target.Target({"tag": "accel", "mcpu": args.mcpu}) if args.mcpu else "accel"
@@ -73,12 +76,20 @@ def main(argv=None) -> None:
         model, x = make(name)
         with torch.no_grad():
             ref = model(x).numpy()
-        inputs = [(x.permute(0, 2, 3, 1) if x.dim() == 4 else x).contiguous().numpy()]
+        layout = "NHWC" if x.dim() == 4 else None
+        inputs = [(x.permute(0, 2, 3, 1) if layout else x).contiguous().numpy()]
+        if args.int8:  # ONNX Runtime's QDQ file, as bench_int8.py makes it; int8 results are off by more
+            from bench_int8 import _quantize
+
+            path, bound = _quantize(name, tempfile.mkdtemp()), 0.2
+            make_module = functools.partial(accel_target.from_onnx, path)
+        else:
+            bound, make_module = 1e-4, functools.partial(accel_target.from_torch, model, x)
         runs = {}
         for label, changes in (("A", []), ("B", settings)):
-            run = vm_runner(_build(model, x, target, changes), inputs)
+            run = vm_runner(_build(make_module, target, changes, layout), inputs)
             error = max_rel_error(run().numpy(), ref)
-            if error > 1e-4:
+            if error > bound:
                 raise SystemExit(f"{name}: build {label} is {error:.1e} off PyTorch")
             runs[label] = run
         times = {"A": [], "B": []}

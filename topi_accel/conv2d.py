@@ -28,9 +28,9 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
-from .symbolic import extent, is_static, prim_func
+from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
 
 SUPPORTED_DTYPES = ("float32",)
@@ -275,7 +275,8 @@ ROW_CHUNKS_MAX_KERNEL_BYTES = 256 * 1024
 
 def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) -> int:
     """Chunks of output rows of a channel-block-outer dense conv: one per thread when its
-    kernel is small enough for every thread to read it all, else 1.
+    kernel is small enough for every thread to read it all and its rows divide among the
+    threads, else 1.
 
     The threads take the parallel loop in contiguous slices (`topi_accel.workshare`). With
     the channel blocks outermost, a thread writes some channels of every row; the next
@@ -286,9 +287,24 @@ def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) ->
     if not (channels_outer and knobs.parallel and knobs.cores > 1 and geo.groups == 1):
         return 1
     kernel_bytes = tvm.DataType(dtype).itemsize * geo.out_c * geo.kh * geo.kw * geo.in_c
-    if kernel_bytes > ROW_CHUNKS_MAX_KERNEL_BYTES or geo.batch * geo.out_h < knobs.cores:
+    if kernel_bytes > ROW_CHUNKS_MAX_KERNEL_BYTES or geo.out_h % knobs.cores:
         return 1
     return knobs.cores
+
+
+def channels_outer_loop(sch: s_tir.Schedule, oo, n, h, chunks: int, columns=()) -> tuple:
+    """The parallel loop of a channel-block-outer schedule over the adjacent loops (oo, n, h):
+    (channel block, batch, row[, `columns`]), or, with `chunks` > 1 that divide the rows and
+    no `columns`, (batch, chunk of rows, channel block, row in the chunk): each thread's
+    contiguous slice is then its rows, as for a kernel parallel over (batch, row). Returns
+    (the loop, the chunks it has): 1 also for a symbolic batch."""
+    batch, rows = sch.get(n).extent, sch.get(h).extent
+    static = isinstance(batch, tirx.IntImm) and isinstance(rows, tirx.IntImm)
+    if chunks == 1 or columns or not static or int(rows) % chunks:
+        return sch.fuse(oo, n, h, *columns), 1
+    chunk, row = sch.split(h, [chunks, None])
+    sch.reorder(n, chunk, oo)
+    return sch.fuse(n, chunk, oo, row), chunks
 
 
 def packed_out_channels(geo: Conv2DGeometry, cfg: Conv2DConfig) -> int:
@@ -392,18 +408,12 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-        chunks = cfg.row_chunks if cfg.parallel and is_static(batch) and not columns else 1
-        if chunks > 1:  # (chunk of rows, channel block, row in chunk): a thread's rows
-            chunk, rows = sch.split(sch.fuse(n, h), [chunks, None])
-            sch.reorder(chunk, oo)
-            outer = sch.fuse(chunk, oo, rows)
-        else:
-            outer = sch.fuse(oo, n, h, *columns)
+        outer, chunks = channels_outer_loop(sch, oo, n, h, cfg.row_chunks if cfg.parallel else 1, columns)
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
             per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
-            per_panel = per_panel if chunks == 1 else ceil_div(int(per_panel), chunks)
+            per_panel = per_panel if chunks == 1 else geo.out_h // chunks  # (batch, chunk) outside the panels
             prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)

@@ -41,6 +41,8 @@ from .conv2d import (
     _channels_outer,
     _grid_extent,
     _input_extent,
+    _row_chunks,
+    channels_outer_loop,
     conv2d_geometry,
     kernel_pack_map,
 )
@@ -58,7 +60,8 @@ AMX_MIN_ROWS_1X1 = 7
 class Conv2DInt8Config:
     """Schedule knobs: output channels per register tile (whole vectors of int32), output
     columns per register tile, the instruction (unused by depthwise convs: `lanes` is its
-    vector), whether to use threads, and whether the channel-block loop is outermost."""
+    vector), whether to use threads, whether the channel-block loop is outermost, and in how
+    many chunks of rows it runs (`conv2d.Conv2DConfig.row_chunks`)."""
 
     oc_block: int
     ow_block: int
@@ -67,6 +70,7 @@ class Conv2DInt8Config:
     channels_outer: bool = True
     amx_rows: int = 0  # output columns per AMX data tile; 0: the vector instruction
     oh_block: int = 1  # output rows per AMX step: 2 (a data tile per row) where a row fits a tile
+    row_chunks: int = 1
 
     @property
     def lanes(self) -> int:
@@ -117,16 +121,18 @@ def conv2d_int8_config(
     if _takes_amx(geo, target):
         rows, oh_block = _amx_tile(geo)
         ow_block = rows * (3 - oh_block)  # a step: two tiles along the row, or one in each of two rows
-        return Conv2DInt8Config(
-            amx.N_BLOCK, ow_block, dot, knobs.parallel, _channels_outer(geo, "int8"), rows, oh_block
-        )
+        outer = _channels_outer(geo, "int8")
+        chunks = _row_chunks(geo, "int8", outer, knobs)
+        return Conv2DInt8Config(amx.N_BLOCK, ow_block, dot, knobs.parallel, outer, rows, oh_block, chunks)
     if is_depthwise(geo):
         whole = [b for b in (two, lanes) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
     else:
         oc_block = two if geo.out_c > lanes else lanes
     ow_block = pick_block(geo.out_w, _tile_rows(knobs, oc_block, dot))
-    return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, _channels_outer(geo, "int8"))
+    outer = _channels_outer(geo, "int8")
+    chunks = _row_chunks(geo, "int8", outer, knobs)
+    return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, outer, row_chunks=chunks)
 
 
 def _takes_amx(geo: Conv2DGeometry, target) -> bool:
@@ -317,7 +323,7 @@ def _schedule_amx(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DInt8Confi
     n, h, wo, oo, hi, *_ = sch.get_loops(acc)
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo)
-        outer, tile = sch.fuse(oo, n, h), wo
+        outer, tile = channels_outer_loop(sch, oo, n, h, _chunks(cfg))[0], wo
     else:
         outer, tile = sch.fuse(n, h), oo
     if cfg.parallel:
@@ -369,6 +375,11 @@ def _depthwise_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Conf
     )
 
 
+def _chunks(cfg: Conv2DInt8Config) -> int:
+    """Chunks of rows of a channel-block-outer loop: the config's, when it runs in parallel."""
+    return cfg.row_chunks if cfg.parallel else 1
+
+
 def _tile_loops(sch: s_tir.Schedule, loops, cfg: Conv2DInt8Config, inner: list):
     """Order (n, h, w, o) + reductions for the register tile: returns (outer loop, tile loop)
     with the tile's columns and channel loops `inner(wi, oi)` innermost."""
@@ -378,7 +389,7 @@ def _tile_loops(sch: s_tir.Schedule, loops, cfg: Conv2DInt8Config, inner: list):
     tile_inner = inner(wi, oi)
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, *reductions, *tile_inner)
-        outer, tile = sch.fuse(oo, n, h), wo
+        outer, tile = channels_outer_loop(sch, oo, n, h, _chunks(cfg))[0], wo
     else:
         sch.reorder(n, h, wo, oo, *reductions, *tile_inner)
         outer, tile = sch.fuse(n, h), oo

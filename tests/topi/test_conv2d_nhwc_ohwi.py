@@ -84,12 +84,14 @@ def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
     assert_close(out, ref)
 
 
-# a channel-block-outer loop in chunks of rows, one per thread: rows that do not divide into
-# the chunks (7, 5 x batch 2), strided and padded, batch 2, 2 and 3 chunks
+# a channel-block-outer loop in chunks of rows, one per thread: 2 and 3 chunks of batch x rows
+# (6: 2 x 3 strided and padded; 12 with a column tail) and rows the chunks do not divide (7, 14 in 3:
+# the channel blocks split instead)
 @pytest.mark.parametrize("row_chunks", [2, 3])
 @pytest.mark.parametrize(
     "shape",
-    [(1, 7, 7, 24, 40, 1, 1, 0, 1, 1), (2, 9, 10, 8, 50, 3, 2, 1, 1, 1), (1, 14, 14, 64, 384, 1, 1, 0, 1, 1)],
+    [(1, 7, 7, 24, 40, 1, 1, 0, 1, 1), (2, 6, 10, 8, 50, 3, 2, 1, 1, 1), (1, 14, 14, 64, 384, 1, 1, 0, 1, 1)]
+    + [(1, 12, 9, 16, 40, 3, 1, 1, 1, 1)],
     ids=str,
 )
 def test_conv2d_rows_in_chunks(shape, row_chunks):
@@ -102,15 +104,16 @@ def test_conv2d_rows_in_chunks(shape, row_chunks):
 def test_a_small_kernel_outer_over_few_rows_gives_each_thread_its_rows(cores):
     """A channel-block-outer conv whose kernel every thread can read splits its rows across
     the target's threads (the next kernel's thread then reads the rows this one wrote); a
-    large kernel keeps its channel blocks split, and a single thread has one chunk."""
+    large kernel keeps its channel blocks split, as do rows that do not divide among the
+    threads, and a single thread has one chunk."""
     with tvm.target.Target({"tag": "accel", "num-cores": cores}):
 
         def config(h, c, o):
             return topi_accel.conv2d_config(topi_accel.conv2d_geometry((1, h, h, c), (o, 1, 1, c)))
 
-        small, large = config(14, 64, 384), config(7, 512, 2048)  # 96 KB and 4 MB kernels
-    assert small.channels_outer and large.channels_outer
-    assert small.row_chunks == cores and large.row_chunks == 1
+        small, large, uneven = config(16, 64, 384), config(8, 512, 2048), config(15, 64, 384)  # 96 KB, 4 MB
+    assert small.channels_outer and large.channels_outer and uneven.channels_outer
+    assert small.row_chunks == cores and large.row_chunks == 1 and uneven.row_chunks == 1
 
 
 # per ISA: (out channels, the block chosen) -- three vectors when that divides the channels,

@@ -91,6 +91,26 @@ def test_conv2d_nhwc_ohwi_int8_single_core():
     np.testing.assert_array_equal(out, conv_reference(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1))
 
 
+@pytest.mark.parametrize("target", all_isa_params())
+@pytest.mark.parametrize(
+    "shape, kernel, padding",
+    [((1, 14, 14, 1024), (256, 1, 1, 1024), (0, 0, 0, 0)), ((2, 10, 10, 64), (32, 3, 3, 64), (1, 1, 1, 1))],
+    ids=str,
+)
+def test_conv2d_int8_rows_in_a_chunk_per_thread(shape, kernel, padding, target):
+    """A small kernel's channel blocks outermost, its rows in a chunk per thread (2 threads;
+    a 256 KB kernel, and batch 2 on AMX where the target has it), exact."""
+    target = {**target, "num-cores": 2}
+    geo = conv2d_int8.conv2d_int8_geometry(shape, kernel, 1, padding)
+    with tvm.target.Target(target):
+        cfg = conv2d_int8.conv2d_int8_config(geo)
+    assert cfg.channels_outer and cfg.row_chunks == 2
+    rng = np.random.default_rng(5)
+    x, w = int_data(shape, "uint8", rng), int_data(kernel, "int8", rng)
+    out = run_conv(x, w, (1, 1), padding, (1, 1), 1, target)
+    np.testing.assert_array_equal(out, conv_reference(x, w, (1, 1), padding, (1, 1), 1))
+
+
 @pytest.mark.parametrize("isa", [*ISAS, *VNNI_ISAS])
 def test_conv2d_int8_code_uses_the_instruction(isa):
     """vpdpbusd on VNNI targets, vpmaddwd elsewhere, never vpmaddubsw for full-range weights

@@ -24,9 +24,9 @@ def _dense(m, k, n, parallel=True):
     return topi_accel.dense_kn_func(m, k, n, cfg), cfg
 
 
-def _conv(parallel=True, **config):
+def _conv(parallel=True, batch=1, **config):
     # 8x8 outputs, a 1x1 kernel of 32 KB: channel blocks outer (8 rows of 8 pixels per panel)
-    geo = topi_accel.conv2d_geometry((1, 8, 8, 128), (64, 1, 1, 128))
+    geo = topi_accel.conv2d_geometry((batch, 8, 8, 128), (64, 1, 1, 128))
     with tvm.target.Target("accel") as target:
         cfg = replace(topi_accel.conv2d_config(geo, target), parallel=parallel, **config)
     assert cfg.channels_outer
@@ -79,10 +79,11 @@ def test_each_panel_prefetches_the_next_one_line_by_line(make):
     assert min(first) >= panel_lines - 1 and max(first) < 2 * panel_lines + 1
 
 
-def test_each_chunk_of_rows_prefetches_every_panel():
+@pytest.mark.parametrize("batch", [1, 2])
+def test_each_chunk_of_rows_prefetches_every_panel(batch):
     """Rows in chunks (one per thread), each over every channel block: each chunk's rows of a
-    panel fetch the next panel, the last panel's the first (wrapping)."""
-    func, _ = _conv(row_chunks=2)
+    panel fetch the next panel, the last panel's the first (wrapping), once per sample."""
+    func, _ = _conv(batch=batch, row_chunks=2)
     lines = []
     tvm.register_global_func(RECORD, lambda offset: lines.append(offset // LINE), override=True)
     recording = topi_accel.insert_prefetches(func, fetch=lambda b, o: tirx.Evaluate(tirx.call_packed(RECORD, o)))
@@ -91,7 +92,7 @@ def test_each_chunk_of_rows_prefetches_every_panel():
     panels, panel = _panels(func)
     total = panels * panel // LINE
     assert set(lines) == set(range(total))
-    assert 2 * total <= len(lines) < 2 * 1.25 * total  # every line once per chunk
+    assert 2 * batch * total <= len(lines) < 2 * batch * 1.25 * total  # every line once per chunk
 
 
 def test_no_prefetch_where_the_weights_stream_anyway():
