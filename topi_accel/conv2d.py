@@ -282,8 +282,9 @@ def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) ->
     the channel blocks outermost, a thread writes some channels of every row; the next
     kernel (a depthwise conv, a pointwise conv: rows outermost) then reads half of its input
     from the other core's cache. With a chunk of rows per thread outermost, each thread
-    writes whole rows. MobileNetV2's 14x14 stage, 2 threads (Zen 4, AVX-512): its depthwise
-    convs 1.3-1.8x faster in the model."""
+    writes whole rows. 2 threads, Zen 4, AVX-512: MobileNetV2's 14x14x384 depthwise conv,
+    timed in a loop right after the 1x1 conv that makes its input, 28.7 -> 17.0 us, and the
+    model 1.04-1.11x faster (`benchmarks/bench_ab.py`; int8 about the same)."""
     if not (channels_outer and knobs.parallel and knobs.cores > 1 and geo.groups == 1):
         return 1
     kernel_bytes = tvm.DataType(dtype).itemsize * geo.out_c * geo.kh * geo.kw * geo.in_c
@@ -292,12 +293,14 @@ def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) ->
     return knobs.cores
 
 
-def channels_outer_loop(sch: s_tir.Schedule, oo, n, h, chunks: int, columns=()) -> tuple:
+def channels_outer_loop(sch: s_tir.Schedule, cfg, oo, n, h, columns=()) -> tuple:
     """The parallel loop of a channel-block-outer schedule over the adjacent loops (oo, n, h):
-    (channel block, batch, row[, `columns`]), or, with `chunks` > 1 that divide the rows and
-    no `columns`, (batch, chunk of rows, channel block, row in the chunk): each thread's
-    contiguous slice is then its rows, as for a kernel parallel over (batch, row). Returns
-    (the loop, the chunks it has): 1 also for a symbolic batch."""
+    (channel block, batch, row[, `columns`]), or, for a parallel `cfg` (any config with
+    ``parallel`` and ``row_chunks``) whose chunks divide the rows, and no `columns`, (batch,
+    chunk of rows, channel block, row in the chunk): each thread's contiguous slice is then
+    its rows, as for a kernel parallel over (batch, row). Returns (the loop, the chunks it
+    has): 1 also for a symbolic batch."""
+    chunks = cfg.row_chunks if cfg.parallel else 1
     batch, rows = sch.get(n).extent, sch.get(h).extent
     static = isinstance(batch, tirx.IntImm) and isinstance(rows, tirx.IntImm)
     if chunks == 1 or columns or not static or int(rows) % chunks:
@@ -408,7 +411,7 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
-        outer, chunks = channels_outer_loop(sch, oo, n, h, cfg.row_chunks if cfg.parallel else 1, columns)
+        outer, chunks = channels_outer_loop(sch, cfg, oo, n, h, columns)
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel

@@ -323,7 +323,7 @@ def _schedule_amx(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DInt8Confi
     n, h, wo, oo, hi, *_ = sch.get_loops(acc)
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo)
-        outer, tile = channels_outer_loop(sch, oo, n, h, _chunks(cfg))[0], wo
+        outer, tile = channels_outer_loop(sch, cfg, oo, n, h)[0], wo
     else:
         outer, tile = sch.fuse(n, h), oo
     if cfg.parallel:
@@ -375,11 +375,6 @@ def _depthwise_acc(data, packed_kernel, geo: Conv2DGeometry, cfg: Conv2DInt8Conf
     )
 
 
-def _chunks(cfg: Conv2DInt8Config) -> int:
-    """Chunks of rows of a channel-block-outer loop: the config's, when it runs in parallel."""
-    return cfg.row_chunks if cfg.parallel else 1
-
-
 def _tile_loops(sch: s_tir.Schedule, loops, cfg: Conv2DInt8Config, inner: list):
     """Order (n, h, w, o) + reductions for the register tile: returns (outer loop, tile loop)
     with the tile's columns and channel loops `inner(wi, oi)` innermost."""
@@ -389,7 +384,7 @@ def _tile_loops(sch: s_tir.Schedule, loops, cfg: Conv2DInt8Config, inner: list):
     tile_inner = inner(wi, oi)
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, *reductions, *tile_inner)
-        outer, tile = channels_outer_loop(sch, oo, n, h, _chunks(cfg))[0], wo
+        outer, tile = channels_outer_loop(sch, cfg, oo, n, h)[0], wo
     else:
         sch.reorder(n, h, wo, oo, *reductions, *tile_inner)
         outer, tile = sch.fuse(n, h), oo
