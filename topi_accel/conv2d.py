@@ -167,9 +167,14 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
     """Tile sizes for `geo` on `target` (elements of `dtype`): the active tuning database's
     entry, else derived from the vector width and register budget."""
     tuned = tuning.lookup(conv2d_key(geo, target))
-    if tuned is not None:
-        return Conv2DConfig(**tuned)
     knobs = cpu_knobs(target)
+    if tuned is not None:
+        cfg = Conv2DConfig(**tuned)
+        if "row_chunks" in tuned:
+            return cfg
+        # a database written before the row chunks: the tuner timed each kernel alone, where
+        # they do not show, so the chunks are the heuristic's for the loop order it chose
+        return replace(cfg, row_chunks=_row_chunks(geo, dtype, cfg.channels_outer and not cfg.columns_parallel, knobs))
     two = 2 * knobs.lanes
     if geo.groups > 1 and geo.groups == geo.in_c and geo.out_c % knobs.lanes == 0:
         # depthwise: one vector of channels, up to 8 columns (a tap's input column serves up

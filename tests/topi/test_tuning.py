@@ -1,5 +1,6 @@
 """Schedule configs as data: every candidate a tuner may pick is correct; the database round-trips."""
 
+import dataclasses
 import json
 
 import pytest
@@ -69,3 +70,20 @@ def test_tune_writes_database_that_build_uses(tmp_path):
 
     # a second run extends the database and skips what it holds
     assert len(accel_target.tune(mod, db_path, limit=1, number=1).entries) == 2
+
+
+def test_a_tuned_config_without_row_chunks_takes_the_heuristics(tmp_path):
+    """A database written before the row chunks existed (its configs have no such field): the
+    tuner timed each kernel alone, where the chunks do not show, so the build takes the
+    heuristic's chunks for the loop order the tuner chose; a config that names them keeps its own."""
+    geo = topi_accel.conv2d_geometry((1, 16, 16, 64), (384, 1, 1, 64))  # 96 KB kernel, 16 rows
+    target = tvm.target.Target({"tag": "accel", "num-cores": 2})
+    with target:
+        heuristic = topi_accel.conv2d_config(geo)
+    assert heuristic.channels_outer and heuristic.row_chunks == 2
+    db = topi_accel.tuning.TuningDB(tmp_path / "tuning.json")
+    old = {k: v for k, v in dataclasses.asdict(heuristic).items() if k != "row_chunks"}
+    for config, chunks in ((old, 2), ({**old, "channels_outer": False}, 1), ({**old, "row_chunks": 1}, 1)):
+        db.entries[topi_accel.conv2d.conv2d_key(geo, target)] = {"config": config, "ms": 1.0}
+        with target, topi_accel.tuning.using(db):
+            assert topi_accel.conv2d_config(geo).row_chunks == chunks, config
