@@ -174,7 +174,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
             return cfg
         # a database written before the row chunks: the tuner timed each kernel alone, where
         # they do not show, so the chunks are the heuristic's for the loop order it chose
-        return replace(cfg, row_chunks=_row_chunks(geo, dtype, cfg.channels_outer and not cfg.columns_parallel, knobs))
+        return replace(cfg, row_chunks=_row_chunks(geo, dtype, cfg.channels_outer, knobs, cfg.columns_parallel))
     two = 2 * knobs.lanes
     if geo.groups > 1 and geo.groups == geo.in_c and geo.out_c % knobs.lanes == 0:
         # depthwise: one vector of channels, up to 8 columns (a tap's input column serves up
@@ -204,7 +204,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         parallel=knobs.parallel,
         channels_outer=outer,
         columns_parallel=columns,
-        row_chunks=_row_chunks(geo, dtype, outer and not columns, knobs),
+        row_chunks=_row_chunks(geo, dtype, outer, knobs, columns),
     )
 
 
@@ -278,10 +278,10 @@ def _columns_parallel(geo: Conv2DGeometry, oc_block: int, channels_outer: bool, 
 ROW_CHUNKS_MAX_KERNEL_BYTES = 256 * 1024
 
 
-def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) -> int:
-    """Chunks of output rows of a channel-block-outer dense conv: one per thread when its
-    kernel is small enough for every thread to read it all and its rows divide among the
-    threads, else 1.
+def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs, columns_parallel: bool = False) -> int:
+    """Chunks of output rows of a channel-block-outer dense conv whose column tiles are not
+    in its parallel loop: one per thread when its kernel is small enough for every thread to
+    read it all and its rows divide among the threads, else 1.
 
     The threads take the parallel loop in contiguous slices (`topi_accel.workshare`). With
     the channel blocks outermost, a thread writes some channels of every row; the next
@@ -290,7 +290,7 @@ def _row_chunks(geo: Conv2DGeometry, dtype: str, channels_outer: bool, knobs) ->
     writes whole rows. 2 threads, Zen 4, AVX-512: MobileNetV2's 14x14x384 depthwise conv,
     timed in a loop right after the 1x1 conv that makes its input, 28.7 -> 17.0 us, and the
     model 1.04-1.11x faster (`benchmarks/bench_ab.py`; int8 about the same)."""
-    if not (channels_outer and knobs.parallel and knobs.cores > 1 and geo.groups == 1):
+    if columns_parallel or not (channels_outer and knobs.parallel and knobs.cores > 1 and geo.groups == 1):
         return 1
     kernel_bytes = tvm.DataType(dtype).itemsize * geo.out_c * geo.kh * geo.kw * geo.in_c
     if kernel_bytes > ROW_CHUNKS_MAX_KERNEL_BYTES or geo.out_h % knobs.cores:
@@ -420,8 +420,10 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
-            per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
-            per_panel = per_panel if chunks == 1 else geo.out_h // chunks  # (batch, chunk) outside the panels
+            if chunks > 1:  # (batch, chunk) outside the panels
+                per_panel = geo.out_h // chunks
+            else:
+                per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
             prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
