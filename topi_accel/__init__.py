@@ -3,7 +3,7 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
-from . import conv2d_int8, dense_int8, tuning, vectorizable  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
+from . import conv2d_int8, dense_int8, stacktiles, tuning, vectorizable  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
 from .conv1d import (
     conv1d_config,
     conv1d_geometry,
@@ -54,6 +54,7 @@ from .winograd import (
 from .workshare import claim_iterations
 
 vectorizable.register()  # TVM 0.27 leaves round-half-to-even scalar (topi_accel/vectorizable.py)
+stacktiles.register()  # TVM puts register tiles of 1 KB or more in memory (topi_accel/stacktiles.py)
 
 __all__ = [
     "batch_matmul_config",

@@ -1,0 +1,76 @@
+"""Register tiles on the stack (topi_accel/stacktiles.py): TVM puts local buffers of 1 KB or
+more in its workspace pool, where LLVM cannot keep an accumulator in a register."""
+
+import tvm
+from tvm import tirx
+
+import topi_accel
+from tests.helpers import ISAS, assert_close, pack, rand, run_compiled
+from topi_accel import stacktiles
+
+
+def _dense(m: int, k: int, n: int, target):
+    with target:
+        cfg = topi_accel.dense_config(m, n)
+        return cfg, topi_accel.tuning.finish_kernel(topi_accel.dense_kn_func(m, k, n, cfg), target)
+
+
+def test_a_tile_of_24_accumulators_stays_in_registers():
+    """AVX-512 code (any host compiles it): dense_kn's 8 x 48 tile is 24 vectors, 1536 bytes.
+    Built for an accel target it has no workspace allocation and no memset; built for plain
+    LLVM (TVM's pipeline as TVM has it), the same kernel has both."""
+    target = tvm.target.Target(ISAS["avx512"])
+    cfg, func = _dense(128, 768, 2304, target)
+    assert cfg.m_block * cfg.n_block * 4 > 1024  # the size TVM sends to its workspace pool
+    plain_llvm = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    module = tvm.IRModule({"main": func})
+    accel, plain = (tvm.compile(module, t).mod.inspect_source("asm") for t in (target, plain_llvm))
+    assert "TVMBackendAllocWorkspace" in plain and "memset" in plain
+    assert "TVMBackendAllocWorkspace" not in accel and "memset" not in accel
+
+
+def test_stacked_tiles_compute_the_same():
+    """The kernel with its tile on the stack, on this host's widest ISA, against numpy."""
+    target = tvm.target.Target("accel")
+    cfg, func = _dense(64, 96, 480, target)
+    x, w = rand(64, 96), rand(96, 480)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target)
+    assert_close(run_compiled(lib, [x, pack(w, topi_accel.weight_pack_map(cfg))], (64, 480)), x @ w)
+
+
+def _allocations(*buffers) -> tirx.PrimFunc:
+    body = tirx.SeqStmt([tirx.AllocBuffer(b) for b in buffers] + [tirx.Evaluate(0)])
+    return tirx.PrimFunc([], body)
+
+
+def test_only_local_buffers_of_a_tiles_size_are_marked():
+    """Local buffers of up to STACK_TILE_BYTES get TVM's mark; a larger one or a global one
+    does not, and a function with none is left as it was (None)."""
+    limit = stacktiles.STACK_TILE_BYTES // 4
+    tile = tirx.decl_buffer((limit,), "float32", "tile", scope="local")
+    larger = tirx.decl_buffer((limit + 1,), "float32", "larger", scope="local")
+    shared = tirx.decl_buffer((16,), "float32", "shared", scope="global")
+    marked = stacktiles.stack_register_tiles(_allocations(tile, larger, shared))
+    found = {}
+    for stmt in marked.body.seq:
+        if isinstance(stmt, tirx.AllocBuffer):
+            found[stmt.buffer.name] = stacktiles.ON_STACK in stmt.annotations
+    assert found == {"tile": True, "larger": False, "shared": False}
+    assert stacktiles.stack_register_tiles(_allocations(larger, shared)) is None
+
+
+def test_the_pass_leaves_other_targets_alone():
+    tile = tirx.decl_buffer((16,), "float32", "tile", scope="local")
+    func = _allocations(tile)
+    for target, expected in (("llvm", False), (tvm.target.Target("accel"), True)):
+        mod = stacktiles.StackRegisterTiles(tvm.IRModule({"main": func.with_attr("target", tvm.target.Target(target))}))
+        (stmt,) = [s for s in mod["main"].body.seq if isinstance(s, tirx.AllocBuffer)]
+        assert (stacktiles.ON_STACK in stmt.annotations) is expected, target
+
+
+def test_registered_once():
+    from tvm.tirx import compilation_pipeline
+
+    before = compilation_pipeline.PIPELINE_MAP["s_tir"]
+    stacktiles.register()
+    assert compilation_pipeline.PIPELINE_MAP["s_tir"] is before
