@@ -1,16 +1,15 @@
 """Register tiles kept in registers: their accumulators allocated on the stack.
 
 A register tile's accumulators are a "local" buffer of the kernel (``<name>_acc_local``),
-which LLVM keeps in vector registers only if it is a stack array. TVM's LowerTVMBuiltin
-allocates every buffer of 1 KB or more (``kMaxStackAlloca``) from its workspace pool
-instead, so an AVX-512 tile of 24 accumulators (1536 bytes) was zeroed by a call to memset
-in every tile and stored to memory after every chunk of its reduction (the prefetches split
-it), where a tile of 12 (768 bytes) stayed in registers throughout. Stacked, the 8 x 48 tile
-of dense 128x768x2304 runs at 211 GF/s instead of 190-194 (2 threads, one Zen 4); whole
-models, `python benchmarks/bench_ab.py --set topi_accel.stacktiles.STACK_TILE_BYTES=0`:
-ResNet-50 1.04x, MobileNetV2 1.13x, BERT-2L 1.03x faster on AVX-512; 1.01x, 1.06x, 1.04x
-with AVX2 code (its tiles fit, other local buffers did not); int8 with VNNI 1.06x, 1.19x,
-1.02-1.09x.
+which LLVM keeps in vector registers only if it is a stack array. TVM 0.27's LowerTVMBuiltin
+leaves on the stack only global buffers under 1 KB (``kMaxStackAlloca``) and allocates every
+local one from its workspace pool, so each tile's accumulators were stored to memory after
+every chunk of its reduction (the prefetches split it), and an AVX-512 tile of 24 (1536
+bytes) was also zeroed by a call to memset in every tile. Stacked, the 8 x 48 tile of dense
+128x768x2304 runs at 211 GF/s instead of 190-194 (2 threads, one Zen 4); whole models,
+`python benchmarks/bench_ab.py --set topi_accel.stacktiles.STACK_TILE_BYTES=0`: ResNet-50
+1.04x, MobileNetV2 1.13x, BERT-2L 1.03x faster on AVX-512; 1.01x, 1.06x, 1.04x with AVX2
+code; int8 with VNNI 1.06x, 1.19x, 1.02-1.09x.
 
 `StackRegisterTiles` marks every local buffer of up to STACK_TILE_BYTES of a function built
 for an accel target with TVM's own annotation for "leave on the stack"
