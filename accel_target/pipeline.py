@@ -52,6 +52,7 @@ from .launches import share_launches
 from .microbatch import micro_batch
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
+from .target import is_accel
 from .transforms import (
     BindConstantSizes,
     EmptyConstantsAtRunTime,
@@ -379,9 +380,35 @@ def get_pipeline() -> tvm.transform.Pass:
     return _pipeline
 
 
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="StackRegisterTiles")
+def stack_register_tiles(func: tvm.tirx.PrimFunc, _mod, _ctx) -> tvm.tirx.PrimFunc:
+    """topi_accel.stacktiles on a function built for an accel target (keys of its "target"
+    attribute), at the end of TVM's TIR pipeline; one it fails on stays as it was (declined)."""
+    if not is_accel((func.attrs or {}).get("target")):
+        return func
+    name = str((func.attrs or {}).get("global_symbol", "a kernel"))
+    return attempt("StackRegisterTiles", name, topi_accel.stacktiles.stack_register_tiles, func) or func
+
+
+def _with_stacked_tiles(default):
+    """TVM's TIR pipeline factory `default` with stack_register_tiles after its lowering."""
+
+    def factory(**kwargs):
+        lowering, finalize_host, finalize_device = default(**kwargs)
+        return tvm.transform.Sequential([lowering, stack_register_tiles], name="s_tir"), finalize_host, finalize_device
+
+    factory.accel_stacks_tiles = True
+    return factory
+
+
 def register() -> None:
+    """The Relax pipeline "accel"; and stack_register_tiles appended to TVM's default TIR
+    pipeline (every `tvm.compile`, this package's builds included), once."""
     if "accel" not in relax.pipeline.PIPELINE_MAP:
         relax.register_pipeline("accel")(get_pipeline)
+    tir_pipelines = tvm.tirx.compilation_pipeline.PIPELINE_MAP
+    if not getattr(tir_pipelines["s_tir"], "accel_stacks_tiles", False):
+        tir_pipelines["s_tir"] = _with_stacked_tiles(tir_pipelines["s_tir"])
 
 
 def _prepare(mod: tvm.IRModule, params, input_layout, output_layout=None) -> tvm.IRModule:

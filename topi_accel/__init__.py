@@ -54,7 +54,6 @@ from .winograd import (
 from .workshare import claim_iterations
 
 vectorizable.register()  # TVM 0.27 leaves round-half-to-even scalar (topi_accel/vectorizable.py)
-stacktiles.register()  # TVM puts register tiles of 1 KB or more in memory (topi_accel/stacktiles.py)
 
 __all__ = [
     "batch_matmul_config",

@@ -11,12 +11,11 @@ bytes) was also zeroed by a call to memset in every tile. Stacked, the 8 x 48 ti
 1.04x, MobileNetV2 1.13x, BERT-2L 1.03x faster on AVX-512; 1.01x, 1.06x, 1.04x with AVX2
 code; int8 with VNNI 1.06x, 1.19x, 1.02-1.09x.
 
-`StackRegisterTiles` marks every local buffer of up to STACK_TILE_BYTES of a function built
-for an accel target with TVM's own annotation for "leave on the stack"
-(``disable_lower_builtin``). It has to run after TVM's StorageRewrite, which remakes
-allocations without their annotations, and before LowerTVMBuiltin: `register` appends it to
-TVM's default TIR pipeline (every `tvm.compile`, `accel_target.build` included), where it
-leaves functions for other targets as they are.
+`stack_register_tiles` marks every local buffer of up to STACK_TILE_BYTES of a lowered
+function with TVM's own annotation for "leave on the stack" (``disable_lower_builtin``). It
+has to run after TVM's StorageRewrite, which remakes allocations without their annotations,
+and before LowerTVMBuiltin: accel_target.pipeline's StackRegisterTiles pass runs it there, at
+the end of TVM's default TIR pipeline, on the functions built for an accel target.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from tvm import tirx
 STACK_TILE_BYTES = 4096
 # tvm::tirx::transform::kDisableLowerTVMBuiltin: LowerTVMBuiltin leaves such an allocation alone
 ON_STACK = "disable_lower_builtin"
-ACCEL_KEY = "accel"
 
 
 def on_stack(buffer: tirx.Buffer) -> bool:
@@ -76,36 +74,3 @@ def _map_leaves(stmt: tirx.Stmt, leaf) -> tirx.Stmt:
     if hasattr(stmt, "body"):
         raise TypeError(f"StackRegisterTiles: a {type(stmt).__name__} statement is not handled")
     return leaf(stmt)
-
-
-def _for_accel(func: tirx.PrimFunc) -> bool:
-    target = (func.attrs or {}).get("target")
-    return target is not None and ACCEL_KEY in [str(k) for k in target.keys]
-
-
-@tvm.tirx.transform.prim_func_pass(opt_level=0, name="StackRegisterTiles")
-def StackRegisterTiles(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:  # noqa: N802 (a pass, named as TVM's)
-    """`stack_register_tiles` of each function built for an accel target; one it fails on
-    stays as it was (declined, see strategy.registry.decline)."""
-    if not _for_accel(func):
-        return func
-    from strategy.registry import attempt  # (strategy imports topi_accel)
-
-    name = str((func.attrs or {}).get("global_symbol", "a kernel"))
-    return attempt("StackRegisterTiles", name, stack_register_tiles, func) or func
-
-
-def register() -> None:
-    """Append StackRegisterTiles to TVM's default TIR pipeline (once)."""
-    from tvm.tirx import compilation_pipeline
-
-    default = compilation_pipeline.PIPELINE_MAP["s_tir"]
-    if getattr(default, "accel_stacks_tiles", False):
-        return
-
-    def with_stacked_tiles(**kwargs):
-        pipeline, finalize_host, finalize_device = default(**kwargs)
-        return tvm.transform.Sequential([pipeline, StackRegisterTiles], name="s_tir"), finalize_host, finalize_device
-
-    with_stacked_tiles.accel_stacks_tiles = True
-    compilation_pipeline.PIPELINE_MAP["s_tir"] = with_stacked_tiles

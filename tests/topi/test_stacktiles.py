@@ -63,10 +63,12 @@ def test_only_local_buffers_of_a_tiles_size_are_marked():
 
 
 def test_the_pass_leaves_other_targets_alone():
+    from accel_target.pipeline import stack_register_tiles
+
     tile = tirx.decl_buffer((16,), "float32", "tile", scope="local")
     func = _allocations(tile)
     for target, expected in (("llvm", False), (tvm.target.Target("accel"), True)):
-        mod = stacktiles.StackRegisterTiles(tvm.IRModule({"main": func.with_attr("target", tvm.target.Target(target))}))
+        mod = stack_register_tiles(tvm.IRModule({"main": func.with_attr("target", tvm.target.Target(target))}))
         (stmt,) = [s for s in mod["main"].body.seq if isinstance(s, tirx.AllocBuffer)]
         assert (stacktiles.ON_STACK in stmt.annotations) is expected, target
 
@@ -74,6 +76,9 @@ def test_the_pass_leaves_other_targets_alone():
 def test_registered_once():
     from tvm.tirx import compilation_pipeline
 
+    from accel_target import pipeline
+
     before = compilation_pipeline.PIPELINE_MAP["s_tir"]
-    stacktiles.register()
+    assert before.accel_stacks_tiles
+    pipeline.register()
     assert compilation_pipeline.PIPELINE_MAP["s_tir"] is before
