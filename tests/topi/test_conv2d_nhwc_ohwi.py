@@ -146,7 +146,9 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     """A conv's register tile fits ResNet-50's and MobileNetV2's output widths: it divides the
     width (AVX2's and SSE's 6 columns of two vectors do not divide 14 or 7: 7 columns of one
     vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
-    (7 on AVX2's 14-wide rows), a full tile pads at most a tenth of the row (5 columns: 15)."""
+    (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
+    columns of 4) and a 3x3 conv a full tile that pads at most a tenth of the row (5 columns:
+    15)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -159,8 +161,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 if width % cfg.ow_block:
                     padded = -(-width // cfg.ow_block) * cfg.ow_block
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
-                if isa == "avx2" and width == 14:
-                    assert (cfg.ow_block, cfg.oc_block) == (5, 16), (k, cfg)
+                if isa == "avx2" and width == 14:  # a 1x1 kernel: 2 columns of 4 vectors
+                    assert (cfg.ow_block, cfg.oc_block) == ((2, 32) if k == 1 else (5, 16)), (k, cfg)
         # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
         for width in (112, 56, 28, 14, 7):
             geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
