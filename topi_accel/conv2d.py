@@ -239,10 +239,9 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
 
 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:
-    """(columns, channels) of a tile as wide as a divisor of `width` of at least
-    MIN_NARROW_COLUMNS columns,
-    with the most whole vectors of channels that divide `out_c` and fit the accumulators,
-    where the widest such tile keeps MIN_FMA_CHAINS accumulators; else None.
+    """(columns, channels) of a tile as wide as the widest divisor of `width` (at least
+    MIN_NARROW_COLUMNS) that, with the most whole vectors of channels that divide `out_c` and
+    fit the accumulators, keeps MIN_FMA_CHAINS accumulators; None if no divisor does.
 
     Measured, AVX2 code, 2 threads, Zen 4, alone: ResNet-50's 14-wide 1x1 convs take 2 columns
     of four vectors instead of 5 of two (15 computed): 14x14x1024->512 1128 -> 1041 us,
