@@ -118,11 +118,11 @@ def conv2d_int8_config(
     `dense_int8.narrow_weights` or not) and register budget."""
     knobs, dot = cpu_knobs(target), int8_dot(target, narrow and not is_depthwise(geo))
     lanes, two = dot.lanes, 2 * dot.lanes
+    outer = _channels_outer(geo, "int8")
+    chunks = _row_chunks(geo, "int8", outer, knobs)
     if _takes_amx(geo, target):
         rows, oh_block = _amx_tile(geo)
         ow_block = rows * (3 - oh_block)  # a step: two tiles along the row, or one in each of two rows
-        outer = _channels_outer(geo, "int8")
-        chunks = _row_chunks(geo, "int8", outer, knobs)
         return Conv2DInt8Config(amx.N_BLOCK, ow_block, dot, knobs.parallel, outer, rows, oh_block, chunks)
     if is_depthwise(geo):
         whole = [b for b in (two, lanes) if geo.out_c % b == 0]
@@ -130,8 +130,6 @@ def conv2d_int8_config(
     else:
         oc_block = two if geo.out_c > lanes else lanes
     ow_block = pick_block(geo.out_w, _tile_rows(knobs, oc_block, dot))
-    outer = _channels_outer(geo, "int8")
-    chunks = _row_chunks(geo, "int8", outer, knobs)
     return Conv2DInt8Config(oc_block, ow_block, dot, knobs.parallel, outer, row_chunks=chunks)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 # Bytes up to which a local buffer stays on the stack: a register tile's accumulators (at
@@ -49,28 +50,5 @@ def stack_register_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
             return tirx.AllocBuffer(stmt.buffer, annotations={**stmt.annotations, ON_STACK: tirx.IntImm("bool", 1)})
         return stmt
 
-    body = _map_leaves(func.body, mark)
+    body = tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, mark), order="post")
     return func.with_body(body) if marked else None
-
-
-def _map_leaves(stmt: tirx.Stmt, leaf) -> tirx.Stmt:
-    """`stmt` with each statement that holds no other replaced by leaf(statement)."""
-
-    def recurse(s):
-        return _map_leaves(s, leaf)
-
-    if isinstance(stmt, tirx.SeqStmt):
-        return tirx.SeqStmt([recurse(s) for s in stmt.seq])
-    if isinstance(stmt, tirx.For):
-        return tirx.For(
-            stmt.loop_var, stmt.min, stmt.extent, stmt.kind, recurse(stmt.body), stmt.thread_binding, stmt.annotations
-        )
-    if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, recurse(stmt.body))
-    if isinstance(stmt, tirx.IfThenElse):
-        return tirx.IfThenElse(stmt.condition, recurse(stmt.then_case), stmt.else_case and recurse(stmt.else_case))
-    if isinstance(stmt, tirx.While):
-        return tirx.While(stmt.condition, recurse(stmt.body))
-    if hasattr(stmt, "body"):
-        raise TypeError(f"StackRegisterTiles: a {type(stmt).__name__} statement is not handled")
-    return leaf(stmt)
