@@ -447,6 +447,23 @@ def test_pool_window_reduces_in_registers_and_stores_once(isa, channels, kind):
     assert_close(run_primfunc(func, [a], ref.shape, target=target), ref)
 
 
+def test_small_softmax_keeps_its_row_maxima_out_of_masked_stores():
+    """A softmax too small for the thread pool ([1, 2, 64, 16]: SegFormer's attention over its
+    reduced keys) runs its row maxima window-first but serial and in place, as before pooling
+    windows were reduced in registers: reduced in a local row there, AVX2 code took 128 masked
+    stores (vmaskmovps) for them."""
+    target = tvm.target.Target(ISAS["avx2"])
+    a = rand(1, 2, 64, 16)
+    x = te.placeholder(a.shape)
+    with target:
+        func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.fast_softmax(x, -1)]))
+    assert "T.parallel" not in func.script()
+    assert "vmaskmov" not in tvm.compile(tvm.IRModule({"main": func}), target).mod.inspect_source("asm")
+    if runs_here(ISAS["avx2"]):
+        e = np.exp(a - a.max(-1, keepdims=True))
+        assert_close(run_primfunc(func, [a], a.shape, target=target), e / e.sum(-1, keepdims=True))
+
+
 def test_parallelize_computes_softmax_and_layer_norm_row_by_row():
     a = rand(2, 3, 16, 128)
     x = te.placeholder(a.shape)
