@@ -143,7 +143,7 @@ def _window_in_registers(sch: s_tir.Schedule, block, taps: int) -> None:
     at = sch.get_loops(block)[-taps - 2]
     consumers = sch.get_consumers(block)
     try:
-        if len(consumers) == 1 and _reads_row_at(sch, consumers[0], at):
+        if len(consumers) == 1 and _moved_under(sch, consumers[0], at):
             sch.set_scope(block, 0, "local")
             reader = consumers[0]
         else:  # the function's output: a local copy, written back
@@ -156,8 +156,9 @@ def _window_in_registers(sch: s_tir.Schedule, block, taps: int) -> None:
         pass  # what is done is right; the rest stays as TVM wrote it
 
 
-def _reads_row_at(sch: s_tir.Schedule, consumer, at) -> bool:
-    """Whether `consumer` could be moved under loop `at` (it reads its producer there)."""
+def _moved_under(sch: s_tir.Schedule, consumer, at) -> bool:
+    """Move `consumer` under loop `at`, after what its producer computes there; whether it
+    could be (not if it reads more of the producer than that)."""
     try:
         sch.reverse_compute_at(consumer, at)
     except ScheduleError:
