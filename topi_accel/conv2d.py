@@ -248,10 +248,12 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     1024->256 591 -> 525, 256->1024 578 -> 522, 1x1/2 28x28x512->1024 1101 -> 1027. A 3x3
     conv keeps the padded tile (3x3/2 28x28x256->256: 1265 against 1306 us), whose columns
     share their input windows."""
-    for columns in sorted((d for d in range(MIN_NARROW_COLUMNS, width) if width % d == 0), reverse=True):
-        fitting = [v for v in range(knobs.accumulators // columns, 0, -1) if out_c % (v * knobs.lanes) == 0]
-        if fitting and columns * fitting[0] >= MIN_FMA_CHAINS:
-            return columns, fitting[0] * knobs.lanes
+    for columns in range(width - 1, MIN_NARROW_COLUMNS - 1, -1):
+        if width % columns:
+            continue
+        vectors = next((v for v in range(knobs.accumulators // columns, 0, -1) if out_c % (v * knobs.lanes) == 0), 0)
+        if columns * vectors >= MIN_FMA_CHAINS:
+            return columns, vectors * knobs.lanes
     return None
 
 

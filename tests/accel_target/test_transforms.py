@@ -22,8 +22,10 @@ from strategy.layout import constant_array
 from tests.helpers import (
     ISAS,
     assert_close,
+    compile_primfunc,
     isa_params,
     rand,
+    run_compiled,
     run_executable,
     run_primfunc,
     run_relax,
@@ -439,12 +441,13 @@ def test_pool_window_reduces_in_registers_and_stores_once(isa, channels, kind):
     text = func.script()
     assert f'T.sblock_alloc_buffer((1, 15, 15, {channels}), scope="local")' in text
     assert f"T.vectorized({POOL_CHUNKS[isa][channels]})" in text  # the write-back of a chunk
-    assert "vmaskmov" not in tvm.compile(tvm.IRModule({"main": func}), target).mod.inspect_source("asm")
+    lib = compile_primfunc(func, target)
+    assert "vmaskmov" not in lib.mod.inspect_source("asm")
     if not runs_here(ISAS[isa]):
         return
     pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
     ref = pool(torch.from_numpy(a).permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1).numpy()
-    assert_close(run_primfunc(func, [a], ref.shape, target=target), ref)
+    assert_close(run_compiled(lib, [a], ref.shape), ref)
 
 
 def test_small_softmax_keeps_its_row_maxima_out_of_masked_stores():
@@ -458,10 +461,11 @@ def test_small_softmax_keeps_its_row_maxima_out_of_masked_stores():
     with target:
         func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.fast_softmax(x, -1)]))
     assert "T.parallel" not in func.script()
-    assert "vmaskmov" not in tvm.compile(tvm.IRModule({"main": func}), target).mod.inspect_source("asm")
+    lib = compile_primfunc(func, target)
+    assert "vmaskmov" not in lib.mod.inspect_source("asm")
     if runs_here(ISAS["avx2"]):
         e = np.exp(a - a.max(-1, keepdims=True))
-        assert_close(run_primfunc(func, [a], a.shape, target=target), e / e.sum(-1, keepdims=True))
+        assert_close(run_compiled(lib, [a], a.shape), e / e.sum(-1, keepdims=True))
 
 
 def test_parallelize_computes_softmax_and_layer_norm_row_by_row():

@@ -6,7 +6,7 @@ import tvm
 from tvm import tirx
 
 import topi_accel
-from tests.helpers import ISAS, assert_close, pack, rand, run_compiled
+from tests.helpers import ISAS, assert_close, compile_primfunc, pack, rand, run_compiled
 from topi_accel import stacktiles
 
 
@@ -26,8 +26,7 @@ def test_register_tiles_stay_in_registers(isa):
     target = tvm.target.Target(ISAS[isa])
     _, func = _dense(128, 768, 2304, target)
     plain_llvm = tvm.target.Target({"kind": "llvm", "mcpu": ISAS[isa]["mcpu"]})
-    module = tvm.IRModule({"main": func})
-    accel, plain = (tvm.compile(module, t).mod.inspect_source("asm") for t in (target, plain_llvm))
+    accel, plain = (compile_primfunc(func, t).mod.inspect_source("asm") for t in (target, plain_llvm))
     assert "TVMBackendAllocWorkspace" in plain and ("memset" in plain) == (isa == "avx512")
     assert "TVMBackendAllocWorkspace" not in accel and "memset" not in accel
 
@@ -37,7 +36,7 @@ def test_stacked_tiles_compute_the_same():
     target = tvm.target.Target("accel")
     cfg, func = _dense(64, 96, 480, target)
     x, w = rand(64, 96), rand(96, 480)
-    lib = tvm.compile(tvm.IRModule({"main": func}), target)
+    lib = compile_primfunc(func, target)
     assert_close(run_compiled(lib, [x, pack(w, topi_accel.weight_pack_map(cfg))], (64, 480)), x @ w)
 
 
