@@ -1,5 +1,7 @@
 /* Make a process and its children see an AVX2-only CPU, as closely as this host can play one:
- * loaded by LD_PRELOAD with ACCEL_AVX2_HOST=1 (benchmarks/cpuid_cap.py sets both).
+ * loaded by LD_PRELOAD with ACCEL_AVX2_HOST=1 (benchmarks/cpuid_cap.py sets both). Under QEMU's
+ * Haswell (ACCEL_AVX2_HOST=qemu), whose CPUID already lacks those features, only the
+ * /proc/cpuinfo filter acts: QEMU's user mode passes the host's file through.
  *
  * - CPUID: Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID, 0; kept by the threads a
  *   thread starts, dropped by execve, where the preload sets it again) turns every CPUID
@@ -30,7 +32,8 @@
 #include <unistd.h>
 
 static struct sigaction previous;
-static int active; /* ACCEL_AVX2_HOST=1: the interposed functions below act, else pass through */
+static int trapping; /* ACCEL_AVX2_HOST=1: CPUID faults into on_segv, which owns SIGSEGV */
+static int filtering; /* ACCEL_AVX2_HOST=1 or qemu: /proc/cpuinfo reads are filtered */
 
 /* Haswell (family 6, model 0x3C, stepping 3) in CPUID leaf 1's EAX */
 #define HASWELL_SIGNATURE 0x000306C3u
@@ -111,7 +114,7 @@ static int cap_cpuid(void) {
 
 /* Handlers for SIGSEGV installed after ours are the ones ours passes other faults to. */
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (!active || sig != SIGSEGV) return real_sigaction(sig, act, old);
+  if (!trapping || sig != SIGSEGV) return real_sigaction(sig, act, old);
   struct sigaction was = previous;
   if (act) previous = *act;
   if (old) *old = was;
@@ -188,7 +191,7 @@ static int filtered_cpuinfo(void) {
   return out;
 }
 
-static int is_cpuinfo(const char* path) { return active && path && strcmp(path, "/proc/cpuinfo") == 0; }
+static int is_cpuinfo(const char* path) { return filtering && path && strcmp(path, "/proc/cpuinfo") == 0; }
 
 #define OPEN_MODE(flags, mode)              \
   mode_t mode = 0;                          \
@@ -236,8 +239,9 @@ FILE* fopen64(const char* path, const char* mode) { return fopen(path, mode); }
 
 __attribute__((constructor)) static void start(void) {
   const char* on = getenv("ACCEL_AVX2_HOST");
+  filtering = on && (strcmp(on, "1") == 0 || strcmp(on, "qemu") == 0);
   if (!on || strcmp(on, "1") != 0) return;
-  active = 1;
+  trapping = 1;
   if (cap_cpuid() != 0) {
     fputs("cpuid_cap: this CPU or kernel has no CPUID faulting (arch_prctl ARCH_SET_CPUID)\n", stderr);
     _exit(70);

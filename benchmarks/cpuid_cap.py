@@ -1,6 +1,6 @@
 """An AVX2-only host, played by an AVX-512 one: CPUID reports no AVX-512, AVX-VNNI or AMX (cpuid_cap.c).
 
-    python benchmarks/cpuid_cap.py python -m pytest tests
+    python benchmarks/cpuid_cap.py [--qemu] python -m pytest tests
 
 runs a command, and every process it starts, with cpuid_cap.c preloaded: CPUID reports a
 Haswell (LLVM names the host CPU by its model) without those features, /proc/cpuinfo lacks
@@ -8,12 +8,21 @@ their flags, so the "accel" tag resolves to an AVX2 CPU and every library (numpy
 oneDNN and MKL, ONNX Runtime's MLAS) picks the code it would pick there. The command's
 exit status is this script's. Needs Linux's CPUID faulting (most KVM guests and recent
 Intel CPUs); without it the command does not run (exit 70).
+
+--qemu runs the command's Python processes in QEMU's user-mode emulator instead
+(qemu-x86_64, Debian's qemu-user; no CPUID faulting needed): its Haswell has no AVX-512
+registers at all, so an AVX-512 instruction that reaches the CPU is an illegal-instruction
+crash, as on a real AVX2-only host. `python` on the command's PATH, and sys.executable in
+it, start QEMU, so every Python process it starts runs there too; other programs (the
+compiler TVM links libraries with) run on the host. About 6x slower: for tests, not
+timings (a results header made there says so).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +31,9 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpuid_cap.c")
 # PyTorch's own switches to stay on AVX2 (oneDNN's convolutions, ATen's kernels, MKL's matrix
 # products), set too: they hold it there whatever it reads from CPUID
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+QEMU = "qemu-x86_64"
+# QEMU's Haswell without the features its emulator lacks (it warns about each at every start)
+QEMU_CPU = "Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid"
 
 
 def library_path() -> str:
@@ -37,16 +49,44 @@ def library_path() -> str:
     return path
 
 
-def avx2_host_env(env: dict | None = None) -> dict:
-    """`env` (default: this process's) for a process that runs as on an AVX2-only host."""
-    env = dict(os.environ if env is None else env, ACCEL_AVX2_HOST="1", **AVX2_ENV)
+def avx2_host_env(env: dict | None = None, mode: str = "1") -> dict:
+    """`env` (default: this process's) for a process that runs as on an AVX2-only host: with
+    CPUID faulting (`mode` "1"), or under QEMU ("qemu": cpuid_cap.c filters /proc/cpuinfo only)."""
+    env = dict(os.environ if env is None else env, ACCEL_AVX2_HOST=mode, **AVX2_ENV)
     env["LD_PRELOAD"] = " ".join(filter(None, [library_path(), env.get("LD_PRELOAD")]))
+    return env
+
+
+def qemu_env(root: str) -> dict:
+    """The environment of a command whose Python runs under QEMU's Haswell: `root`/bin holds
+    scripts named python, python3 and python3.N that start this interpreter in QEMU with
+    argv[0] their own path, which Python takes for sys.executable; in a venv, `root` stands in
+    for it (its pyvenv.cfg, a link to its lib), so the venv's packages are found."""
+    qemu = shutil.which(QEMU)
+    if qemu is None:
+        raise SystemExit(f"cpuid_cap: --qemu needs {QEMU} on PATH (Debian: apt-get install qemu-user)")
+    bin_dir = os.path.join(root, "bin")
+    os.makedirs(bin_dir)
+    script = f'#!/bin/sh\nexec {qemu} -cpu {QEMU_CPU} -0 "$0" {os.path.realpath(sys.executable)} "$@"\n'
+    for name in ("python", "python3", f"python3.{sys.version_info.minor}"):
+        path = os.path.join(bin_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(script)
+        os.chmod(path, 0o755)
+    if sys.prefix != sys.base_prefix:
+        shutil.copy(os.path.join(sys.prefix, "pyvenv.cfg"), root)
+        os.symlink(os.path.join(sys.prefix, "lib"), os.path.join(root, "lib"))
+    env = avx2_host_env(mode="qemu")
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     return env
 
 
 def note() -> str:
     """What a results header adds in a process that runs as on an AVX2-only host ("" elsewhere)."""
-    if os.environ.get("ACCEL_AVX2_HOST") != "1":
+    mode = os.environ.get("ACCEL_AVX2_HOST")
+    if mode == "qemu":
+        return "; run under QEMU's user-mode Haswell (benchmarks/cpuid_cap.py --qemu): times are the emulator's"
+    if mode != "1":
         return ""
     return (
         "; run as on an AVX2-only host on this AVX-512 one (benchmarks/cpuid_cap.py: CPUID reports a Haswell "
@@ -59,7 +99,11 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    status = subprocess.run(argv, env=avx2_host_env()).returncode
+    if argv[0] != "--qemu":
+        status = subprocess.run(argv, env=avx2_host_env()).returncode
+    else:
+        with tempfile.TemporaryDirectory(prefix="accel-qemu-") as root:
+            status = subprocess.run(argv[1:], env=qemu_env(root)).returncode
     return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
 
 
