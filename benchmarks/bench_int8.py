@@ -144,12 +144,27 @@ def measure(
 
 def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu: str | None, no_amx: bool) -> dict:
     env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    if _avx2(mcpu):  # every contender as on an AVX2-only host, ONNX Runtime from a patched copy
+        sys.path.insert(0, HERE)
+        import cpuid_cap
+
+        held = cpuid_cap.patched_env("onnxruntime")
+        env.update(held, PYTHONPATH=os.pathsep.join(filter(None, [held["PYTHONPATH"], env.get("PYTHONPATH")])))
     command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
     command += ["--mcpu", mcpu] if mcpu else []
     command += ["--no-amx"] if no_amx else []
     out = subprocess.run(command + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE, text=True)
     lines = out.stdout.strip().splitlines()
     return json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": f"exit {out.returncode}"}
+
+
+def _avx2(mcpu: str | None) -> bool:
+    """Whether `mcpu` is an AVX2 CPU (no AVX-512)."""
+    if not mcpu:
+        return False
+    from accel_target.benchmark import isa
+
+    return isa({"tag": "accel", "mcpu": mcpu}) == "avx2"
 
 
 def _agreement(folder: str, qdq_path: str) -> float | None:
@@ -178,7 +193,8 @@ def markdown(rows: list[dict], threads: int, mcpu: str | None = None, no_amx: bo
         f"{threads} threads for every contender, each in a fresh process; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, onnxruntime {onnxruntime.__version__}; batch 1, median of 3 medians "
         f"of {REPEAT} runs"
-        + (f"; accel built for mcpu={mcpu} (ONNX Runtime picks its own kernels)" if mcpu else "")
+        + (f"; accel built for mcpu={mcpu}" if mcpu else "")
+        + ("; ONNX Runtime held to AVX2 (benchmarks/cpuid_cap.py patched_env)" if _avx2(mcpu) else "")
         + ("; no AMX (accel built without it, ONNX Runtime refused the tile registers)" if no_amx else ""),
         "",
         "| model | " + " | ".join(f"{c} ms" for c in CONTENDERS) + " | int8 vs ORT int8 | int8 vs fp32 | agree |",
@@ -203,7 +219,8 @@ def main() -> None:
     parser.add_argument(
         "--mcpu",
         help="build accel's contenders for this LLVM CPU (e.g. haswell: AVX2 code, which an AVX-512 host "
-        "runs too); ONNX Runtime still picks its kernels from the host's CPU",
+        "runs too); for an AVX2 CPU, every contender's process runs as on an AVX2-only host, ONNX Runtime "
+        "from a copy whose CPUID and XGETBV report one (benchmarks/cpuid_cap.py patched_env)",
     )
     parser.add_argument(
         "--no-amx",

@@ -1,7 +1,10 @@
 /* Make a process and its children see an AVX2-only CPU, as closely as this host can play one:
  * loaded by LD_PRELOAD with ACCEL_AVX2_HOST=1 (benchmarks/cpuid_cap.py sets both). Under QEMU's
  * Haswell (ACCEL_AVX2_HOST=qemu), whose CPUID already lacks those features, only the
- * /proc/cpuinfo filter acts: QEMU's user mode passes the host's file through.
+ * /proc/cpuinfo filter acts: QEMU's user mode passes the host's file through. With
+ * ACCEL_AVX2_HOST=patched (no CPUID faulting: libraries whose CPUID and XGETBV cpuid_cap.py
+ * replaced by software interrupts), on_segv answers those interrupts as it answers a
+ * faulting CPUID, and XGETBV without the AVX-512 and AMX state.
  *
  * - CPUID: Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID, 0; kept by the threads a
  *   thread starts, dropped by execve, where the preload sets it again) turns every CPUID
@@ -32,8 +35,9 @@
 #include <unistd.h>
 
 static struct sigaction previous;
-static int trapping; /* ACCEL_AVX2_HOST=1: CPUID faults into on_segv, which owns SIGSEGV */
-static int filtering; /* ACCEL_AVX2_HOST=1 or qemu: /proc/cpuinfo reads are filtered */
+static int handling; /* ACCEL_AVX2_HOST=1 or patched: on_segv owns SIGSEGV */
+static int trapping;  /* ACCEL_AVX2_HOST=1: CPUID faults into on_segv (CPUID faulting) */
+static int filtering; /* ACCEL_AVX2_HOST=1, qemu or patched: /proc/cpuinfo reads are filtered */
 
 /* Haswell (family 6, model 0x3C, stepping 3) in CPUID leaf 1's EAX */
 #define HASWELL_SIGNATURE 0x000306C3u
@@ -65,12 +69,29 @@ static void cap(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
   }
 }
 
+/* XCR0 (XGETBV 0) without the AVX-512 (opmask, ZMM_Hi256, Hi16_ZMM) and AMX (TILECFG,
+ * TILEDATA) state components: what an AVX2-only CPU's OS enables */
+static void xgetbv_capped(uint32_t index, uint32_t r[2]) {
+  __asm__ volatile("xgetbv" : "=a"(r[0]), "=d"(r[1]) : "c"(index));
+  if (index == 0) r[0] &= ~((1u << 5) | (1u << 6) | (1u << 7) | (1u << 17) | (1u << 18));
+}
+
+/* The instructions on_segv answers for, all general protection faults (SI_KERNEL): CPUID
+ * under CPUID faulting, and the software interrupts cpuid_cap.py writes over a library's
+ * CPUID (INT 0xA2) and XGETBV (INT 0xA3; NOP) where the host has no CPUID faulting. */
+static int answers(const unsigned char* ip) {
+  if (trapping && ip[0] == 0x0f && ip[1] == 0xa2) return 2;
+  if (ip[0] == 0xcd && ip[1] == 0xa2) return 2;
+  if (ip[0] == 0xcd && ip[1] == 0xa3 && ip[2] == 0x90) return 3;
+  return 0;
+}
+
 static void on_segv(int sig, siginfo_t* info, void* context) {
   ucontext_t* uc = context;
   greg_t* g = uc->uc_mcontext.gregs;
   const unsigned char* ip = (const unsigned char*)g[REG_RIP];
-  /* a faulting CPUID is a general protection fault (SI_KERNEL) at a readable instruction */
-  if (info->si_code != SI_KERNEL || ip[0] != 0x0f || ip[1] != 0xa2) { /* whatever would have happened */
+  int length = info->si_code == SI_KERNEL ? answers(ip) : 0;
+  if (!length) { /* whatever would have happened */
     if (previous.sa_flags & SA_SIGINFO) {
       previous.sa_sigaction(sig, info, context);
       return;
@@ -85,36 +106,48 @@ static void on_segv(int sig, siginfo_t* info, void* context) {
     real_sigaction(SIGSEGV, &fatal, NULL);
     return; /* the instruction faults again, now fatally */
   }
-  uint32_t r[4], leaf = (uint32_t)g[REG_RAX], sub = (uint32_t)g[REG_RCX];
-  syscall(SYS_arch_prctl, ARCH_SET_CPUID, 1);
-  real_cpuid(leaf, sub, r);
-  syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0);
-  cap(leaf, sub, r);
-  g[REG_RAX] = r[0];
-  g[REG_RBX] = r[1];
-  g[REG_RCX] = r[2];
-  g[REG_RDX] = r[3];
-  g[REG_RIP] += 2;
+  uint32_t r[4];
+  if (ip[1] == 0xa3) {
+    xgetbv_capped((uint32_t)g[REG_RCX], r);
+    g[REG_RAX] = r[0];
+    g[REG_RDX] = r[1];
+  } else {
+    uint32_t leaf = (uint32_t)g[REG_RAX], sub = (uint32_t)g[REG_RCX];
+    if (trapping) syscall(SYS_arch_prctl, ARCH_SET_CPUID, 1);
+    real_cpuid(leaf, sub, r);
+    if (trapping) syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0);
+    cap(leaf, sub, r);
+    g[REG_RAX] = r[0];
+    g[REG_RBX] = r[1];
+    g[REG_RCX] = r[2];
+    g[REG_RDX] = r[3];
+  }
+  g[REG_RIP] += length;
 }
 
-/* 0 on success; -1 where the kernel or the CPU has no CPUID faulting. */
-static int cap_cpuid(void) {
+/* Make on_segv the SIGSEGV handler; -1 if that fails. */
+static int handle_segv(void) {
   struct sigaction action;
   memset(&action, 0, sizeof action);
   action.sa_sigaction = on_segv;
   action.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&action.sa_mask);
   if (real_sigaction(SIGSEGV, &action, &previous) != 0) return -1;
-  if (syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
-    real_sigaction(SIGSEGV, &previous, NULL);
-    return -1;
-  }
+  handling = 1;
+  return 0;
+}
+
+/* 0 on success; -1 where the kernel or the CPU has no CPUID faulting. */
+static int cap_cpuid(void) {
+  if (handle_segv() != 0) return -1;
+  if (syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) return -1;
+  trapping = 1;
   return 0;
 }
 
 /* Handlers for SIGSEGV installed after ours are the ones ours passes other faults to. */
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (!trapping || sig != SIGSEGV) return real_sigaction(sig, act, old);
+  if (!handling || sig != SIGSEGV) return real_sigaction(sig, act, old);
   struct sigaction was = previous;
   if (act) previous = *act;
   if (old) *old = was;
@@ -239,10 +272,14 @@ FILE* fopen64(const char* path, const char* mode) { return fopen(path, mode); }
 
 __attribute__((constructor)) static void start(void) {
   const char* on = getenv("ACCEL_AVX2_HOST");
-  filtering = on && (strcmp(on, "1") == 0 || strcmp(on, "qemu") == 0);
-  if (!on || strcmp(on, "1") != 0) return;
-  trapping = 1;
-  if (cap_cpuid() != 0) {
+  if (!on) return;
+  int faulting = strcmp(on, "1") == 0, patched = strcmp(on, "patched") == 0;
+  filtering = faulting || patched || strcmp(on, "qemu") == 0;
+  if (patched && handle_segv() != 0) {
+    fputs("cpuid_cap: cannot handle SIGSEGV\n", stderr);
+    _exit(70);
+  }
+  if (faulting && cap_cpuid() != 0) {
     fputs("cpuid_cap: this CPU or kernel has no CPUID faulting (arch_prctl ARCH_SET_CPUID)\n", stderr);
     _exit(70);
   }

@@ -21,7 +21,10 @@ timings (a results header made there says so).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +34,8 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpuid_cap.c")
 # PyTorch's own switches to stay on AVX2 (oneDNN's convolutions, ATen's kernels, MKL's matrix
 # products), set too: they hold it there whatever it reads from CPUID
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# glibc's string functions, which the dynamic loader chooses by CPUID before a preload can answer
+GLIBC_AVX2 = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 QEMU = "qemu-x86_64"
 # QEMU's Haswell without the features its emulator lacks (it warns about each at every start)
 QEMU_CPU = "Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid"
@@ -53,7 +58,78 @@ def avx2_host_env(env: dict | None = None, mode: str = "1") -> dict:
     """`env` (default: this process's) for a process that runs as on an AVX2-only host: with
     CPUID faulting (`mode` "1"), or under QEMU ("qemu": cpuid_cap.c filters /proc/cpuinfo only)."""
     env = dict(os.environ if env is None else env, ACCEL_AVX2_HOST=mode, **AVX2_ENV)
+    env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), GLIBC_AVX2]))
     env["LD_PRELOAD"] = " ".join(filter(None, [library_path(), env.get("LD_PRELOAD")]))
+    return env
+
+
+# a library's CPUID and XGETBV, and the software interrupts that replace them (cpuid_cap.c)
+PATCHES = {"cpuid": (b"\x0f\xa2", b"\xcd\xa2"), "xgetbv": (b"\x0f\x01\xd0", b"\xcd\xa3\x90")}
+
+
+def _objdump(*args: str) -> str:
+    return subprocess.run(["objdump", *args], stdout=subprocess.PIPE, text=True, check=True).stdout
+
+
+def patch_library(path: str) -> int:
+    """Replace every CPUID and XGETBV in the code of the shared library `path` (found by
+    objdump's disassembly) by the interrupt cpuid_cap.c answers for it; how many."""
+    sections = {}  # name -> (address, file offset), from objdump's section table
+    for line in _objdump("-h", path).splitlines():
+        fields = line.split()
+        if len(fields) == 7 and fields[0].isdigit():
+            sections[fields[1]] = (int(fields[3], 16), int(fields[5], 16))
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        section, count = None, 0
+        for line in _objdump("-d", "--no-show-raw-insn", path).splitlines():
+            if line.startswith("Disassembly of section "):
+                section = line.split()[-1].rstrip(":")
+            found = re.fullmatch(r"\s*([0-9a-f]+):\s+(cpuid|xgetbv)\s*", line)
+            if found:
+                address, offset = sections[section]
+                at = int(found[1], 16) - address + offset
+                old, new = PATCHES[found[2]]
+                if data[at : at + len(old)] != old:
+                    raise RuntimeError(f"cpuid_cap: {path} at {at:#x} is not the {found[2]} objdump shows")
+                data[at : at + len(old)] = new
+                count += 1
+        f.seek(0)
+        f.write(data)
+    return count
+
+
+def patched_package(name: str) -> str:
+    """A directory holding a copy of the installed package `name` whose shared libraries ask
+    cpuid_cap.c for CPUID and XGETBV (patch_library), for a process without CPUID faulting:
+    put it first on PYTHONPATH (patched_env). Made once per version of the package and of
+    this script, in the temporary directory."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"cpuid_cap: no installed package {name!r} to patch")
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    root = os.path.join(tempfile.gettempdir(), f"accel-avx2-{name}-{importlib.metadata.version(name)}-{digest}")
+    if not os.path.isdir(root):
+        building = f"{root}.{os.getpid()}"
+        shutil.copytree(spec.submodule_search_locations[0], os.path.join(building, name))
+        for folder, _, files in os.walk(building):
+            for file in files:
+                if ".so" in file:
+                    patch_library(os.path.join(folder, file))
+        os.replace(building, root)
+    return root
+
+
+def patched_env(*packages: str) -> dict:
+    """Environment entries for a process that runs `packages` (patched_package) as on an
+    AVX2-only host, on a host without CPUID faulting; numpy, which reads CPUID itself, is told
+    to leave its AVX-512 loops (NPY_DISABLE_CPU_FEATURES takes only the ones it has)."""
+    from numpy._core._multiarray_umath import __cpu_dispatch__
+
+    env = avx2_host_env({}, mode="patched")
+    env["PYTHONPATH"] = os.pathsep.join(patched_package(name) for name in packages)
+    env["NPY_DISABLE_CPU_FEATURES"] = " ".join(f for f in __cpu_dispatch__ if f == "X86_V4" or f.startswith("AVX512"))
     return env
 
 
