@@ -1,5 +1,5 @@
 """Hypothesis fuzzing of conv2d (direct and Winograd) and dense configurations through
-tvm.compile(target="accel").
+tvm.compile(target="accel"), and of the flat pixel tiles of 1x1 convs directly.
 
 CI runs ACCEL_FUZZ_EXAMPLES (default 40) examples per test, a quarter of that for Winograd;
 the full run is
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import accel_target
 import topi_accel
-from tests.helpers import assert_close, conv2d_module, matmul_module, run_relax
+from tests.helpers import assert_close, conv2d_module, conv2d_reference, matmul_module, pack, run_primfunc, run_relax
 
 FUZZ = settings(
     max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "40")),
@@ -132,6 +132,33 @@ def test_fuzz_winograd(case):
         out = run_relax(mod, [xl])
     assert [d.implementation for d in log] == ["conv2d_winograd.accel"]
     assert_close(out, _layout(ref, "NCHW", dl).astype("float32"))
+
+
+@FUZZ
+@given(
+    n=st.integers(1, 3),
+    h=st.integers(2, 9),
+    w=st.integers(1, 9),
+    c=st.integers(1, 40),
+    o=st.integers(1, 50),
+    stride=st.integers(1, 3),
+    vectors=st.integers(1, 3),
+    pixels=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_fuzz_flat_pixel_tiles(n, h, w, c, o, stride, vectors, pixels, seed):
+    """1x1 convs with their tiles along the flattened pixels (`Conv2DConfig.flat`), any tile
+    against any shape: tail tiles, channel tails, strides, several images."""
+    assume((h - 1) // stride >= 1)  # more than one output row
+    rng = np.random.default_rng(seed)
+    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((o, 1, 1, c)).astype("float32")
+    with tvm.target.Target("accel") as target:
+        geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride)
+        lanes = topi_accel.cpu_knobs(target).lanes
+        cfg = topi_accel.Conv2DConfig(vectors * lanes, pixels, lanes, flat=True)
+    packed = pack(wt, topi_accel.kernel_pack_map(cfg))
+    out = run_primfunc(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o))
+    assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))
 
 
 @FUZZ

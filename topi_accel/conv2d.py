@@ -15,6 +15,12 @@ the weights vector-loaded. With the channel block outermost, each output row
 prefetches its share of the next block's kernel (`topi_accel.prefetch`); a small kernel's
 rows then come in one chunk per thread outside the channel blocks, so that a thread writes
 the rows the next kernel's thread reads (`Conv2DConfig.row_chunks`).
+
+A 1x1 conv whose output width leaves a row's tile too few accumulators (7 or 14 columns with
+AVX2's 12) runs its tiles along the output pixels in row-major order instead (h and w
+flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`): a channel block's tiles
+write its slab of the flattened output, which the same parallel iteration then copies into
+the output, epilogue included.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -71,7 +77,9 @@ class Conv2DConfig:
     output-column tiles join the parallel loop (too few rows for the threads: H = 1, conv1d),
     and in how many chunks of output rows, one after the other, a channel-block-outer loop
     runs (1: the channel blocks split across the threads; one per thread: the rows do, so
-    that each thread writes the rows the next kernel's thread reads, `_row_chunks`)."""
+    that each thread writes the rows the next kernel's thread reads, `_row_chunks`), and
+    whether a 1x1 conv's tiles run along the flattened output pixels (``ow_block`` pixels
+    then, across rows; `_flat_pointwise_tile`)."""
 
     oc_block: int
     ow_block: int
@@ -80,6 +88,7 @@ class Conv2DConfig:
     channels_outer: bool = True
     columns_parallel: bool = False
     row_chunks: int = 1
+    flat: bool = False
 
 
 def _as_list(value, repeat: int) -> list:
@@ -189,6 +198,10 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
         if geo.out_w % ow_block:
             ow_block, oc_block = _uneven_width_tile(geo, oc_block, knobs)
+        flat = _flat_pointwise_tile(geo, dtype, ow_block * oc_block // knobs.lanes, knobs)
+        if flat is not None:
+            pixels, oc_block = flat
+            return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True)
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
@@ -257,6 +270,37 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     return None
 
 
+def flat_pointwise(geo: Conv2DGeometry) -> bool:
+    """Whether `geo` can take tiles along its flattened output pixels (`Conv2DConfig.flat`):
+    a 1x1 conv without padding or groups, of more than one output row."""
+    return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and geo.groups == 1 and geo.out_h > 1
+
+
+def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int] | None:
+    """(pixels, channels) of a tile along the flattened output pixels for a 1x1 conv whose
+    row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C] x
+    [C, O] (`column_block`'s channels, as many pixels as the accumulators hold); None where the
+    row tile has enough, `geo` cannot take it, its channel blocks leave a thread idle, or its
+    rows would come in chunks per thread (`_row_chunks`: a small kernel), which flat tiles do
+    not.
+
+    Measured, AVX2 code, 2 threads, Zen 4, alone (row tile -> flat tile): ResNet-50's 7x7x512
+    ->2048 638 -> 547 us, 7x7x2048->512 757 -> 611, 1x1/2 14x14x1024->2048 1324 -> 1224;
+    MobileNetV2's 7x7x960->160 121 -> 110, 7x7x320->1280 307 -> 267, 14x14x96->576 (2 columns
+    of three vectors) 135 -> 110. Row tiles of 8 accumulators gain nothing (14x14x384->64: 64
+    against 66 us). In the model (`bench_ab.py`, 20-30 rounds), ResNet-50 built for AVX2 runs
+    1.01x faster; MobileNetV2 1.01x slower with its small-kernel 1x1 convs flat too (their row
+    chunks lost), 1.03x faster with only the others."""
+    if accumulators >= FLAT_BELOW_ACCUMULATORS or not flat_pointwise(geo):
+        return None
+    if _row_chunks(geo, dtype, True, knobs) > 1:
+        return None
+    oc_block = knobs.column_block(geo.out_c)
+    if geo.batch * ceil_div(geo.out_c, oc_block) < knobs.cores:
+        return None
+    return pick_block(geo.out_h * geo.out_w, knobs.tile_rows(oc_block)), oc_block
+
+
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
 # layers: sweeping every channel block per output row (channels inner) keeps the input
 # rows in cache and wins on large images while the whole kernel stays cached (up to
@@ -273,6 +317,9 @@ MIN_NARROW_COLUMNS = 2
 # tile that divides the width with fewer (_uneven_width_tile).
 MIN_FMA_CHAINS = 8
 MAX_PADDED_FRACTION = 0.1
+# Accumulators of a 1x1 conv's row tile below which its tiles run along the flattened pixels
+# instead (_flat_pointwise_tile; 0: never).
+FLAT_BELOW_ACCUMULATORS = MIN_FMA_CHAINS
 # Output columns of a depthwise conv's register tile, at most.
 DEPTHWISE_MAX_COLUMNS = 8
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).
@@ -378,6 +425,8 @@ def conv2d_nhwc_ohwi(
         raise ValueError(
             f"conv2d_nhwc_ohwi: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}"
         )
+    if cfg.flat:
+        return _flat_pointwise(data, packed_kernel, geo, cfg)
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     padded = _pad_input(data, geo, cfg)
     cg, og = geo.in_c // geo.groups, geo.out_c // geo.groups
@@ -397,6 +446,41 @@ def conv2d_nhwc_ohwi(
     return te.compute(
         (batch, geo.out_h, geo.out_w, geo.out_c),
         lambda n, h, w, o: acc[n, h, w, o],
+        name="conv2d_nhwc_ohwi",
+    )
+
+
+def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
+    """`conv2d_nhwc_ohwi` of a 1x1 conv (no padding, groups 1) with `cfg.flat`: the
+    accumulator [batch, 1, pixels rounded up to ow_block, padded channels] runs along the
+    output pixels in row-major order (a tail tile re-reads the last pixel, as dense_kn's rows
+    do), and the output is a copy of it."""
+    if not flat_pointwise(geo):
+        raise ValueError(
+            f"conv2d_nhwc_ohwi: flat tiles take a 1x1 conv of several output rows without padding or groups, "
+            f"not kernel {geo.kh}x{geo.kw}, padding {geo.pad}, groups {geo.groups}, {geo.out_h} output rows"
+        )
+    ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
+    last = geo.out_h * width - 1
+    rkh = te.reduce_axis((0, 1), name="rkh")
+    rkw = te.reduce_axis((0, 1), name="rkw")
+    rc = te.reduce_axis((0, geo.in_c), name="rc")
+
+    def read(n, p):
+        q = tirx.min(p, last)
+        return data[n, q // width * sh, q % width * sw, rc]
+
+    batch, o_pad = data.shape[0], packed_out_channels(geo, cfg)
+    acc = te.compute(
+        (batch, 1, round_up(last + 1, cfg.ow_block), o_pad),
+        lambda n, z, p, o: te.sum(read(n, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
+        name="conv2d_nhwc_ohwi_acc",
+    )
+    # the pixels without the tail tile's padding: a region whose rows and columns TVM infers
+    slab = te.compute((batch, 1, last + 1, o_pad), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi_slab")
+    return te.compute(
+        (batch, geo.out_h, width, geo.out_c),
+        lambda n, h, w, o: slab[n, 0, h * width + w, o],
         name="conv2d_nhwc_ohwi",
     )
 
@@ -447,10 +531,11 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
+            rows, width = (1, geo.out_h * geo.out_w) if cfg.flat else (geo.out_h, geo.out_w)
             if chunks > 1:  # (batch, chunk) outside the panels
-                per_panel = geo.out_h // chunks
+                per_panel = rows // chunks
             else:
-                per_panel = batch * geo.out_h * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
+                per_panel = batch * rows * (round_up(width, cfg.ow_block) // cfg.ow_block if columns else 1)
             prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
@@ -464,6 +549,22 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         # stride-1 layers 1.1-1.4x faster (14x14x384 29 -> 21 us, 56x56x144 114 -> 85 us)
         sch.unroll(rkh)
         sch.unroll(rkw)
+    if cfg.flat:
+        # a tile's pixels of the flattened output span rows, so a tile writes them to its
+        # channel block's slab, and the output (epilogue included, inlined later) is copied
+        # from the slab once the block is done, in the same outer iteration. The copy is
+        # placed by the exact slab first: TVM's region of the padded tiles' buffer, which a
+        # row-major index reads, comes out with the wrong columns
+        slab = sch.get_sblock("conv2d_nhwc_ohwi_slab")
+        sch.reverse_compute_at(slab, outer)
+        sch.reverse_compute_at(out, outer)
+        sch.compute_inline(slab)
+        copy = sch.cache_write(acc, 0, "local")
+        sch.reverse_compute_at(copy, tile)
+        sch.decompose_reduction(acc, rkh)
+        vectorize_inner(sch, copy, lanes)
+        vectorize_inner(sch, out, lanes)
+        return sch.mod["main"]
     sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, rkh)
@@ -504,7 +605,8 @@ def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "
 
 def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> list[Conv2DConfig]:
     """The configs a tuner tries for `geo`: the heuristic's, then other channel blocks,
-    register-tile widths and loop orders that fit the register budget."""
+    register-tile widths and loop orders that fit the register budget, and for a 1x1 conv
+    tiles along its flattened pixels (`flat_pointwise`)."""
     knobs = cpu_knobs(target)
     default = conv2d_config(geo, target)
     if geo.groups == 1:
@@ -517,9 +619,15 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
         widths = dict.fromkeys(pick_block(geo.out_w, c) for c in range(max(cap // 2, 1), cap + 1))
         for ow_block in widths:
             for outer in (True, False):
-                cfg = replace(default, oc_block=oc_block, ow_block=ow_block, channels_outer=outer)
+                cfg = replace(default, oc_block=oc_block, ow_block=ow_block, channels_outer=outer, flat=False)
                 if cfg not in out:
                     out.append(cfg)
+        if geo.groups == 1 and flat_pointwise(geo):
+            pixels = geo.out_h * geo.out_w
+            for ow_block in dict.fromkeys(pick_block(pixels, c) for c in range(max(cap // 2, 1), cap + 1)):
+                flat = Conv2DConfig(oc_block, ow_block, knobs.lanes, knobs.parallel, flat=True)
+                if flat not in out:
+                    out.append(flat)
     return out
 
 

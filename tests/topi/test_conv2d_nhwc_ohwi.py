@@ -3,10 +3,22 @@
 from dataclasses import replace
 
 import pytest
+import torch
 import tvm
 
+import accel_target
 import topi_accel
-from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand, run_primfunc
+from tests.helpers import (
+    ISAS,
+    assert_close,
+    conv2d_reference,
+    isa_params,
+    pack,
+    rand,
+    run_executable,
+    run_primfunc,
+    runs_here,
+)
 
 # (batch, height, width, in_c, out_c, kernel, stride, padding, dilation, groups)
 SHAPES = [
@@ -84,6 +96,27 @@ def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
     assert_close(out, ref)
 
 
+# tiles along the flattened output pixels (1x1 convs): tiles that divide the pixels and a tail
+# tile (49 in 6s, 63 in 4s), several images, a stride, channel tails (40 in 16s, 20 in 24s)
+@pytest.mark.parametrize("ow_block, oc_block", [(6, 16), (4, 24), (7, 8)])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 7, 7, 64, 128, 1, 1, 0, 1, 1), (2, 14, 14, 24, 40, 1, 2, 0, 1, 1), (3, 9, 7, 16, 20, 1, 1, 0, 1, 1)],
+    ids=str,
+)
+def test_conv2d_flat_pixel_tiles(shape, ow_block, oc_block):
+    out, ref, cfg = _run(shape, "accel", ow_block=ow_block, oc_block=oc_block, flat=True, channels_outer=True)
+    assert_close(out, ref)
+
+
+def test_conv2d_flat_pixel_tiles_take_only_a_plain_1x1_conv():
+    with tvm.target.Target(ISAS["avx2"]):
+        geo = topi_accel.conv2d_geometry((1, 7, 7, 16), (16, 3, 3, 16), 1, 1)
+        cfg = replace(topi_accel.conv2d_config(geo), flat=True)
+        with pytest.raises(ValueError, match=r"flat tiles take a 1x1 conv .* not kernel 3x3, padding \(1, 1, 1, 1\)"):
+            topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
+
+
 # a channel-block-outer loop in chunks of rows, one per thread: 2 and 3 chunks of batch x rows
 # (6: 2 x 3 strided and padded; 12 with a column tail) and rows the chunks do not divide (7, 14 in 3:
 # the channel blocks split instead)
@@ -148,7 +181,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
     (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
     columns of 4) and a 3x3 conv a full tile that pads at most a tenth of the row (5 columns:
-    15)."""
+    15). Where no divisor does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
+    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -158,7 +192,11 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 )
                 accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
                 assert accumulators <= knobs.accumulators, (width, k, cfg)
-                if width % cfg.ow_block:
+                # 7 columns of one vector, the widest divisor, are too few accumulators for 12
+                assert cfg.flat == (k == 1 and width == 7 and knobs.accumulators == 12), (width, k, cfg)
+                if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s): 6 pixels fill the 12
+                    assert (cfg.ow_block, accumulators) == (6, 12), (width, k, cfg)
+                elif width % cfg.ow_block:
                     padded = -(-width // cfg.ow_block) * cfg.ow_block
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
                 if isa == "avx2" and width == 14:  # a 1x1 kernel: 2 columns of 4 vectors
@@ -200,3 +238,50 @@ def test_conv2d_channel_tail_write_back_is_vectorized(isa, out_c, width):
 def test_conv2d_channel_tail(target, out_c):
     out, ref, _ = _run((1, 10, 8, 16, out_c, 1, 1, 0, 1, 1), target)
     assert_close(out, ref)
+
+
+class _LastStage(torch.nn.Module):
+    """ResNet-50's last stage in small: 1x1 convs at 7x7 whose kernels (320-512 KB) are too
+    large for row chunks, a strided 1x1 shortcut, biases, ReLUs and a residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.shortcut = torch.nn.Conv2d(256, 512, 1, stride=2)
+        self.reduce = torch.nn.Conv2d(512, 160, 1)
+        self.expand = torch.nn.Conv2d(160, 512, 1)
+
+    def forward(self, x):
+        s = self.shortcut(x)
+        return torch.relu(self.expand(torch.relu(self.reduce(s))) + s)
+
+
+def _slab_pixels(func) -> int | None:
+    """The pixels of the slab a flat conv's tiles write (the copy of their accumulators
+    `cache_write` made), None in a function without one."""
+    sch = tvm.s_tir.Schedule(func)
+    try:
+        copy = sch.get(sch.get_sblock("conv2d_nhwc_ohwi_acc_local"))
+    except tvm.s_tir.schedule.schedule.ScheduleError:
+        return None
+    return int(copy.writes[0].source.shape[2])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_flat_pixel_tiles_in_a_model(isa):
+    """With 12 accumulators (AVX2, SSE), the three 7-wide 1x1 convs take flat tiles, their
+    epilogues (bias, ReLU, the residual add) copied out of the slabs; with 24 (AVX-512), 7
+    columns of two vectors are enough. Run against PyTorch where the host runs the code."""
+    torch.manual_seed(0)
+    model, x = _LastStage().eval(), torch.randn(1, 256, 14, 14)
+    target = tvm.target.Target(ISAS[isa])
+    mod = accel_target.optimize(accel_target.from_torch(model, x), target=target)
+    slabs = [_slab_pixels(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    twelve = topi_accel.knobs.cpu_knobs(target).accumulators == 12
+    # 49 pixels in tiles of 6 (two vectors: 160 and 512 channels are not 24s) -> 54
+    assert sorted(filter(None, slabs)) == ([54, 54, 54] if twelve else []), slabs
+    if runs_here(target):
+        with torch.no_grad():
+            ref = model(x).numpy()
+        assert_close(
+            run_executable(accel_target.build(accel_target.from_torch(model, x), target=target), x.numpy()), ref
+        )
