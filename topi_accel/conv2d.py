@@ -198,6 +198,10 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
         if geo.out_w % ow_block:
             ow_block, oc_block = _uneven_width_tile(geo, oc_block, knobs)
+        elif ow_block * oc_block // knobs.lanes < MIN_FMA_CHAINS and geo.kh == geo.kw == 1:
+            # a divisor tile of too few accumulators (2 columns of three vectors: 14-wide rows
+            # with AVX2, 576 channels), as in _uneven_width_tile
+            ow_block, oc_block = _narrow_pointwise_tile(geo.out_w, geo.out_c, knobs) or (ow_block, oc_block)
         flat = _flat_pointwise_tile(geo, dtype, ow_block * oc_block // knobs.lanes, knobs)
         if flat is not None:
             pixels, oc_block = flat
@@ -254,7 +258,10 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:
     """(columns, channels) of a tile as wide as the widest divisor of `width` (at least
     MIN_NARROW_COLUMNS) that, with the most whole vectors of channels that divide `out_c` and
-    fit the accumulators, keeps MIN_FMA_CHAINS accumulators; None if no divisor does.
+    fit the accumulators and the registers (a vector of weights each, and the broadcast input),
+    keeps MIN_FMA_CHAINS accumulators; None if no divisor does. Past the registers, 2 columns of
+    six vectors spilled: MobileNetV2's 14x14x96->576 took 253 us against 145 for 2 columns of
+    three (the divisor tile it had) and 131 for 2 of four (14x14x576->96: 145 -> 120).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone: ResNet-50's 14-wide 1x1 convs take 2 columns
     of four vectors instead of 5 of two (15 computed): 14x14x1024->512 1128 -> 1041 us,
@@ -264,7 +271,9 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     for columns in range(width - 1, MIN_NARROW_COLUMNS - 1, -1):
         if width % columns:
             continue
-        vectors = next((v for v in range(knobs.accumulators // columns, 0, -1) if out_c % (v * knobs.lanes) == 0), 0)
+        # the accumulators, a register per vector of weights and one for the broadcast input
+        most = min(knobs.accumulators // columns, (knobs.registers - 1) // (columns + 1))
+        vectors = next((v for v in range(most, 0, -1) if out_c % (v * knobs.lanes) == 0), 0)
         if columns * vectors >= MIN_FMA_CHAINS:
             return columns, vectors * knobs.lanes
     return None

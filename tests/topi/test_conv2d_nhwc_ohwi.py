@@ -192,6 +192,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 )
                 accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
                 assert accumulators <= knobs.accumulators, (width, k, cfg)
+                # and the registers: a vector of weights each, the broadcast input
+                assert accumulators + cfg.oc_block // knobs.lanes + 1 <= knobs.registers, (width, k, cfg)
                 # 7 columns of one vector, the widest divisor, are too few accumulators for 12
                 assert cfg.flat == (k == 1 and width == 7 and knobs.accumulators == 12), (width, k, cfg)
                 if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s): 6 pixels fill the 12
@@ -201,6 +203,10 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
                 if isa == "avx2" and width == 14:  # a 1x1 kernel: 2 columns of 4 vectors
                     assert (cfg.ow_block, cfg.oc_block) == ((2, 32) if k == 1 else (5, 16)), (k, cfg)
+            if isa == "avx2":  # 576 channels: 2 columns of 4 vectors, not of 3 (6) or 6 (spilled)
+                geo = topi_accel.conv2d_geometry((1, width, width, 96), (576, 1, 1, 96), 1, 0)
+                cfg = topi_accel.conv2d_config(geo)
+                assert width != 14 or (cfg.ow_block, cfg.oc_block) == (2, 32), cfg
         # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
         for width in (112, 56, 28, 14, 7):
             geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
