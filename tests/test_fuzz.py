@@ -4,7 +4,7 @@ tvm.compile(target="accel"), and of the flat pixel tiles of 1x1 convs directly.
 CI runs ACCEL_FUZZ_EXAMPLES (default 40) examples per test, a quarter of that for Winograd;
 the full run is
     ACCEL_FUZZ_EXAMPLES=250 python -m pytest tests/test_fuzz.py
-(250 per test, 62 Winograd convs: 562 in all).
+(250 per test, 62 Winograd convs: 812 in all).
 """
 
 import os

@@ -469,6 +469,8 @@ def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
             f"conv2d_nhwc_ohwi: flat tiles take a 1x1 conv of several output rows without padding or groups, "
             f"not kernel {geo.kh}x{geo.kw}, padding {geo.pad}, groups {geo.groups}, {geo.out_h} output rows"
         )
+    if cfg.columns_parallel:  # a parallel iteration must hold whole channel blocks of every pixel
+        raise ValueError("conv2d_nhwc_ohwi: flat tiles do not take columns_parallel=True")
     ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
     last = geo.out_h * width - 1
     rkh = te.reduce_axis((0, 1), name="rkh")

@@ -115,6 +115,10 @@ def test_conv2d_flat_pixel_tiles_take_only_a_plain_1x1_conv():
         cfg = replace(topi_accel.conv2d_config(geo), flat=True)
         with pytest.raises(ValueError, match=r"flat tiles take a 1x1 conv .* not kernel 3x3, padding \(1, 1, 1, 1\)"):
             topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
+        geo = topi_accel.conv2d_geometry((1, 7, 7, 16), (16, 1, 1, 16), 1, 0)
+        cfg = replace(topi_accel.conv2d_config(geo), flat=True, columns_parallel=True)
+        with pytest.raises(ValueError, match="flat tiles do not take columns_parallel=True"):
+            topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
 
 
 # a channel-block-outer loop in chunks of rows, one per thread: 2 and 3 chunks of batch x rows
