@@ -148,8 +148,7 @@ def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu
         sys.path.insert(0, HERE)
         import cpuid_cap
 
-        held = cpuid_cap.patched_env("onnxruntime")
-        env.update(held, PYTHONPATH=os.pathsep.join(filter(None, [held["PYTHONPATH"], env.get("PYTHONPATH")])))
+        env.update(cpuid_cap.patched_env("onnxruntime"))
     command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
     command += ["--mcpu", mcpu] if mcpu else []
     command += ["--no-amx"] if no_amx else []

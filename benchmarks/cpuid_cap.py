@@ -117,18 +117,23 @@ def patched_package(name: str) -> str:
             for file in files:
                 if ".so" in file:
                     patch_library(os.path.join(folder, file))
-        os.replace(building, root)
+        try:
+            os.replace(building, root)
+        except OSError:  # another process made it first
+            shutil.rmtree(building)
     return root
 
 
 def patched_env(*packages: str) -> dict:
-    """Environment entries for a process that runs `packages` (patched_package) as on an
-    AVX2-only host, on a host without CPUID faulting; numpy, which reads CPUID itself, is told
-    to leave its AVX-512 loops (NPY_DISABLE_CPU_FEATURES takes only the ones it has)."""
+    """Environment entries for a process that runs `packages` (patched_package, first on this
+    process's PYTHONPATH) as on an AVX2-only host, on a host without CPUID faulting; numpy,
+    which reads CPUID itself, is told to leave its AVX-512 loops (NPY_DISABLE_CPU_FEATURES
+    takes only the ones it has)."""
     from numpy._core._multiarray_umath import __cpu_dispatch__
 
     env = avx2_host_env({}, mode="patched")
-    env["PYTHONPATH"] = os.pathsep.join(patched_package(name) for name in packages)
+    paths = [patched_package(name) for name in packages] + [os.environ.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     env["NPY_DISABLE_CPU_FEATURES"] = " ".join(f for f in __cpu_dispatch__ if f == "X86_V4" or f.startswith("AVX512"))
     return env
 
