@@ -14,7 +14,7 @@ Intel CPUs); without it the command does not run (exit 70).
 registers at all, so an AVX-512 instruction that reaches the CPU is an illegal-instruction
 crash, as on a real AVX2-only host. `python` on the command's PATH, and sys.executable in
 it, start QEMU, so every Python process it starts runs there too; other programs (the
-compiler TVM links libraries with) run on the host. About 6x slower: for tests, not
+compiler TVM links libraries with) run on the host. 7-13x slower: for tests, not
 timings (a results header made there says so).
 """
 
