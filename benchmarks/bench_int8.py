@@ -142,13 +142,10 @@ def measure(
     return row
 
 
-def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu: str | None, no_amx: bool) -> dict:
-    env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    if _avx2(mcpu):  # every contender as on an AVX2-only host, ONNX Runtime from a patched copy
-        sys.path.insert(0, HERE)
-        import cpuid_cap
-
-        env.update(cpuid_cap.patched_env("onnxruntime"))
+def _in_fresh_process(
+    contender: str, name: str, folder: str, threads: int, mcpu: str | None, no_amx: bool, held: dict
+) -> dict:
+    env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), **held)
     command = [sys.executable, __file__, "--one", contender, "--models", name, "--dir", folder]
     command += ["--mcpu", mcpu] if mcpu else []
     command += ["--no-amx"] if no_amx else []
@@ -157,13 +154,17 @@ def _in_fresh_process(contender: str, name: str, folder: str, threads: int, mcpu
     return json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": f"exit {out.returncode}"}
 
 
-def _avx2(mcpu: str | None) -> bool:
-    """Whether `mcpu` is an AVX2 CPU (no AVX-512)."""
-    if not mcpu:
-        return False
+def _avx2_host_env(mcpu: str | None) -> dict:
+    """Environment entries that run every contender as on an AVX2-only host, ONNX Runtime from
+    a patched copy (benchmarks/cpuid_cap.py patched_env), when `mcpu` is an AVX2 CPU; else {}."""
     from accel_target.benchmark import isa
 
-    return isa({"tag": "accel", "mcpu": mcpu}) == "avx2"
+    if not mcpu or isa({"tag": "accel", "mcpu": mcpu}) != "avx2":
+        return {}
+    sys.path.insert(0, HERE)
+    import cpuid_cap
+
+    return cpuid_cap.patched_env("onnxruntime")
 
 
 def _agreement(folder: str, qdq_path: str) -> float | None:
@@ -182,7 +183,7 @@ def _agreement(folder: str, qdq_path: str) -> float | None:
     return float((np.abs(accel - ort) <= step * 1.001).mean())
 
 
-def markdown(rows: list[dict], threads: int, mcpu: str | None = None, no_amx: bool = False) -> str:
+def markdown(rows: list[dict], threads: int, mcpu: str | None = None, no_amx: bool = False, held: bool = False) -> str:
     import onnxruntime
     import tvm
 
@@ -193,7 +194,7 @@ def markdown(rows: list[dict], threads: int, mcpu: str | None = None, no_amx: bo
         f"apache-tvm {tvm.__version__}, onnxruntime {onnxruntime.__version__}; batch 1, median of 3 medians "
         f"of {REPEAT} runs"
         + (f"; accel built for mcpu={mcpu}" if mcpu else "")
-        + ("; ONNX Runtime held to AVX2 (benchmarks/cpuid_cap.py patched_env)" if _avx2(mcpu) else "")
+        + ("; ONNX Runtime held to AVX2 (benchmarks/cpuid_cap.py patched_env)" if held else "")
         + ("; no AMX (accel built without it, ONNX Runtime refused the tile registers)" if no_amx else ""),
         "",
         "| model | " + " | ".join(f"{c} ms" for c in CONTENDERS) + " | int8 vs ORT int8 | int8 vs fp32 | agree |",
@@ -233,7 +234,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.models, args.dir, args.threads, args.mcpu, args.no_amx)))
         return
-    rows = []
+    rows, held = [], _avx2_host_env(args.mcpu)
     for name in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="accel_int8_") as folder:
             print(f"[bench_int8] {name}: export and quantize", file=sys.stderr, flush=True)
@@ -241,10 +242,10 @@ def main() -> None:
             row = {"model": name}
             for contender in CONTENDERS:
                 print(f"[bench_int8] {name}: {contender}", file=sys.stderr, flush=True)
-                row[contender] = _in_fresh_process(contender, name, folder, args.threads, args.mcpu, args.no_amx)
+                row[contender] = _in_fresh_process(contender, name, folder, args.threads, args.mcpu, args.no_amx, held)
             row["agree"] = _agreement(folder, qdq_path)
             rows.append(row)
-    print(markdown(rows, args.threads, args.mcpu, args.no_amx))
+    print(markdown(rows, args.threads, args.mcpu, args.no_amx, bool(held)))
     if args.json:
         print(json.dumps(rows, indent=2))
 

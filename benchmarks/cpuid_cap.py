@@ -41,11 +41,15 @@ QEMU = "qemu-x86_64"
 QEMU_CPU = "Haswell-noTSX,-pcid,-x2apic,-tsc-deadline,-invpcid"
 
 
+def _digest(path: str) -> str:
+    """A short hash of the file `path`: what names the versions made from it."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
 def library_path() -> str:
     """The shared library built from cpuid_cap.c (built once per version of the source)."""
-    with open(SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"accel-cpuid-cap-{digest}.so")
+    path = os.path.join(tempfile.gettempdir(), f"accel-cpuid-cap-{_digest(SOURCE)}.so")
     if not os.path.exists(path):
         built = f"{path}.{os.getpid()}"
         command = [os.environ.get("CC", "gcc"), "-O2", "-shared", "-fPIC", SOURCE, "-o", built, "-ldl"]
@@ -107,9 +111,8 @@ def patched_package(name: str) -> str:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"cpuid_cap: no installed package {name!r} to patch")
-    with open(__file__, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    root = os.path.join(tempfile.gettempdir(), f"accel-avx2-{name}-{importlib.metadata.version(name)}-{digest}")
+    version = importlib.metadata.version(name)
+    root = os.path.join(tempfile.gettempdir(), f"accel-avx2-{name}-{version}-{_digest(__file__)}")
     if not os.path.isdir(root):
         building = f"{root}.{os.getpid()}"
         shutil.copytree(spec.submodule_search_locations[0], os.path.join(building, name))

@@ -473,6 +473,7 @@ def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
         raise ValueError("conv2d_nhwc_ohwi: flat tiles do not take columns_parallel=True")
     ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
     last = geo.out_h * width - 1
+    # the 1x1 kernel's unit axes kept, so that the schedule finds the loops it finds in any conv
     rkh = te.reduce_axis((0, 1), name="rkh")
     rkw = te.reduce_axis((0, 1), name="rkw")
     rc = te.reduce_axis((0, geo.in_c), name="rc")
