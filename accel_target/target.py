@@ -42,14 +42,26 @@ def host_cpu() -> str:
     ``mcpu="native"`` is not valid for the conda triple TVM 0.27's LLVM 22
     uses, and LLVM then silently emits generic x86-64 code (no AVX at all),
     so the tag carries the detected name instead.
+
+    LLVM names the CPU by its vendor, family and model, not by the features
+    the CPU reports, so the name is kept only where its x86-64 level is the
+    one the CPU's flags allow: a Zen 4 or Ice Lake VM whose hypervisor hides
+    AVX-512 is still named znver4 or icelake-server, and code for that name
+    would stop at its first AVX-512 instruction. Otherwise the level stands
+    in (x86-64-v3 there).
     """
     cpu = str(codegen.llvm_get_system_cpu())
     triple = str(codegen.llvm_get_system_triple())
-    if cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple):
-        return _with_amx(cpu)
-    fallback = _cpu_level(_host_flags())
-    logger.warning("accel: LLVM does not know host CPU %r; using %s (from the CPU's flags)", cpu, fallback)
-    return fallback
+    flags = _host_flags()
+    level = _cpu_level(flags)
+    if not (cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple)):
+        logger.warning("accel: LLVM does not know host CPU %r; using %s (from the CPU's flags)", cpu, level)
+        return level
+    named = _cpu_level({flag for flag, feature in LLVM_FEATURES.items() if _has_feature(cpu, feature)})
+    if flags and named != level:  # (no flags to read, not Linux: the name is all there is)
+        logger.warning("accel: LLVM names the host CPU %r (%s), but its flags allow %s; using that", cpu, named, level)
+        return level
+    return _with_amx(cpu)
 
 
 # x86-64 micro-architecture levels by the /proc/cpuinfo flags they need, widest first
@@ -58,6 +70,16 @@ CPU_LEVELS = (
     ("x86-64-v3", {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}),
     ("x86-64-v2", {"sse4_1", "sse4_2", "ssse3", "popcnt"}),
 )
+# LLVM's names of those flags
+LLVM_FEATURES = {
+    flag: {"bmi1": "bmi", "sse4_1": "sse4.1", "sse4_2": "sse4.2"}.get(flag, flag)
+    for _, needed in CPU_LEVELS
+    for flag in needed
+}
+
+
+def _has_feature(cpu: str, feature: str) -> bool:
+    return bool(codegen.llvm_cpu_has_features([feature], tvm.target.Target({"kind": "llvm", "mcpu": cpu})))
 
 
 # The first LLVM CPU with AMX, and the /proc/cpuinfo flags of what LLVM may emit for it.

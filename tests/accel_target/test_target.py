@@ -141,6 +141,33 @@ def test_unknown_host_cpu_falls_back_to_the_level_its_flags_allow(flags, level):
     assert target_module._cpu_level(flags) == level
 
 
+V3_FLAGS = CPU_LEVEL_CASES[2][0]
+V4_FLAGS = CPU_LEVEL_CASES[3][0]
+
+
+@pytest.mark.parametrize(
+    "named, flags, expected",
+    [
+        ("znver4", V3_FLAGS, "x86-64-v3"),  # a Zen 4 VM with AVX-512 hidden
+        ("icelake-server", V3_FLAGS, "x86-64-v3"),  # an Ice Lake VM likewise
+        ("athlon-xp", V3_FLAGS, "x86-64-v3"),  # an AMD CPU reporting an Intel model
+        ("haswell", V4_FLAGS, "x86-64-v4"),  # a model LLVM knows older than the CPU
+        ("znver3", V3_FLAGS, "znver3"),  # name and flags agree
+        ("znver4", V4_FLAGS, "znver4"),
+        ("znver4", set(), "znver4"),  # no /proc/cpuinfo: the name is all there is
+    ],
+)
+def test_host_cpu_name_is_kept_only_where_the_flags_allow_its_isa(monkeypatch, caplog, named, flags, expected):
+    monkeypatch.setattr(target_module.codegen, "llvm_get_system_cpu", lambda: named)
+    monkeypatch.setattr(target_module, "_host_flags", lambda: set(flags))
+    with caplog.at_level("WARNING", logger="accel_target.target"):
+        assert target_module.host_cpu() == expected
+    assert (f"LLVM names the host CPU {named!r}" in caplog.text) == (expected != named)
+    # what the tag then compiles for has AVX-512 exactly where the flags have it
+    has_avx512 = codegen.llvm_cpu_has_features(["avx512f"], tvm.target.Target({"kind": "llvm", "mcpu": expected}))
+    assert bool(has_avx512) == ("avx512f" in flags or not flags)
+
+
 def test_host_without_avx2_gets_sse_kernels_and_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(target_module, "host_cpu", lambda: "x86-64-v2")
     try:
