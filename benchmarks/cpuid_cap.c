@@ -9,8 +9,8 @@
  * - CPUID: Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID, 0; kept by the threads a
  *   thread starts, dropped by execve, where the preload sets it again) turns every CPUID
  *   instruction into a SIGSEGV. The handler runs the real CPUID with faulting off, clears
- *   AVX-512*, AVX-VNNI and AMX, reports Haswell's model (LLVM names the host CPU by its
- *   model) and steps over the instruction. Any other SIGSEGV goes to the handler the
+ *   AVX-512*, AVX-VNNI and AMX, reports Haswell's model, or Zen 3's on an AMD host (LLVM
+ *   names the host CPU by its model), and steps over the instruction. Any other SIGSEGV goes to the handler the
  *   program installed, or kills the process as it would have.
  * - SIGSEGV handlers the program installs (TVM's, Python's faulthandler) become the one this
  *   handler passes other faults to, instead of replacing it.
@@ -39,8 +39,13 @@ static int handling; /* ACCEL_AVX2_HOST=1 or patched: on_segv owns SIGSEGV */
 static int trapping;  /* ACCEL_AVX2_HOST=1: CPUID faults into on_segv (CPUID faulting) */
 static int filtering; /* ACCEL_AVX2_HOST=1, qemu or patched: /proc/cpuinfo reads are filtered */
 
-/* Haswell (family 6, model 0x3C, stepping 3) in CPUID leaf 1's EAX */
+/* The model CPUID leaf 1's EAX reports, from which LLVM names the CPU: an Intel host's is
+ * Haswell's (family 6, model 0x3C, stepping 3), an AMD host's Zen 3's (family 0x19, model 1,
+ * stepping 1: EPYC Milan, an AVX2-only CPU); Haswell's model on an AMD CPU is an Athlon XP. */
 #define HASWELL_SIGNATURE 0x000306C3u
+#define ZEN3_SIGNATURE 0x00A00F11u
+#define AMD_VENDOR_EBX 0x68747541u /* "Auth" of AuthenticAMD */
+static uint32_t signature = HASWELL_SIGNATURE;
 
 typedef int (*sigaction_fn)(int, const struct sigaction*, struct sigaction*);
 
@@ -59,7 +64,7 @@ static void real_cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
  * AMX_TILE, AMX_INT8. leaf 7 subleaf 1: EAX AVX_VNNI, AVX512_BF16, AMX_FP16. */
 static void cap(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
   if (leaf == 1) {
-    r[0] = HASWELL_SIGNATURE;
+    r[0] = signature;
   } else if (leaf == 7 && sub == 0) {
     r[1] &= ~((1u << 16) | (1u << 17) | (1u << 21) | (1u << 26) | (1u << 27) | (1u << 28) | (1u << 30) | (1u << 31));
     r[2] &= ~((1u << 1) | (1u << 6) | (1u << 11) | (1u << 12) | (1u << 14));
@@ -274,6 +279,9 @@ __attribute__((constructor)) static void start(void) {
   const char* on = getenv("ACCEL_AVX2_HOST");
   if (!on) return;
   int faulting = strcmp(on, "1") == 0, patched = strcmp(on, "patched") == 0;
+  uint32_t vendor[4];
+  real_cpuid(0, 0, vendor); /* (before CPUID faults) */
+  if (vendor[1] == AMD_VENDOR_EBX) signature = ZEN3_SIGNATURE;
   filtering = faulting || patched || strcmp(on, "qemu") == 0;
   if (patched && handle_segv() != 0) {
     fputs("cpuid_cap: cannot handle SIGSEGV\n", stderr);

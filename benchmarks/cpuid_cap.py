@@ -1,13 +1,19 @@
 """An AVX2-only host, played by an AVX-512 one: CPUID reports no AVX-512, AVX-VNNI or AMX (cpuid_cap.c).
 
-    python benchmarks/cpuid_cap.py [--qemu] python -m pytest tests
+    python benchmarks/cpuid_cap.py [--patched | --qemu] python -m pytest tests
 
 runs a command, and every process it starts, with cpuid_cap.c preloaded: CPUID reports a
-Haswell (LLVM names the host CPU by its model) without those features, /proc/cpuinfo lacks
-their flags, so the "accel" tag resolves to an AVX2 CPU and every library (numpy, PyTorch's
-oneDNN and MKL, ONNX Runtime's MLAS) picks the code it would pick there. The command's
-exit status is this script's. Needs Linux's CPUID faulting (most KVM guests and recent
-Intel CPUs); without it the command does not run (exit 70).
+Haswell, or a Zen 3 on an AMD host (LLVM names the host CPU by its model), without those
+features, /proc/cpuinfo lacks their flags, so the "accel" tag resolves to an AVX2 CPU and
+every library (numpy, PyTorch's oneDNN and MKL, ONNX Runtime's MLAS) picks the code it would
+pick there. The command's exit status is this script's. Needs Linux's CPUID faulting (most
+KVM guests and recent Intel CPUs); without it the command does not run (exit 70).
+
+--patched does the same on a host without CPUID faulting (AMD): TVM, TVM FFI and ONNX Runtime
+are imported from copies whose CPUID and XGETBV instructions ask the preload instead
+(patched_env; made once, in the temporary directory, about 2 minutes), numpy, PyTorch and
+glibc are held by their own switches. Native speed, but nothing stops an AVX-512 instruction
+that reaches the CPU: that is what --qemu adds.
 
 --qemu runs the command's Python processes in QEMU's user-mode emulator instead
 (qemu-x86_64, Debian's qemu-user; no CPUID faulting needed): its Haswell has no AVX-512
@@ -33,7 +39,13 @@ import tempfile
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpuid_cap.c")
 # PyTorch's own switches to stay on AVX2 (oneDNN's convolutions, ATen's kernels, MKL's matrix
 # products), set too: they hold it there whatever it reads from CPUID
-AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# and numpy's OpenBLAS its Haswell kernels (it reads CPUID itself, where the preload may not answer)
+AVX2_ENV = {
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "OPENBLAS_CORETYPE": "Haswell",
+}
 # glibc's string functions, which the dynamic loader chooses by CPUID before a preload can answer
 GLIBC_AVX2 = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD"
 QEMU = "qemu-x86_64"
@@ -67,6 +79,9 @@ def avx2_host_env(env: dict | None = None, mode: str = "1") -> dict:
     return env
 
 
+# the packages --patched imports from patched copies: those with the code whose choices the
+# tests check (TVM's LLVM names the host CPU, ONNX Runtime picks its kernels)
+PATCHED = ("tvm", "tvm_ffi", "onnxruntime")
 # a library's CPUID and XGETBV, and the software interrupts that replace them (cpuid_cap.c)
 PATCHES = {"cpuid": (b"\x0f\xa2", b"\xcd\xa2"), "xgetbv": (b"\x0f\x01\xd0", b"\xcd\xa3\x90")}
 
@@ -111,7 +126,8 @@ def patched_package(name: str) -> str:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"cpuid_cap: no installed package {name!r} to patch")
-    version = importlib.metadata.version(name)
+    # the distribution that installs it (apache-tvm installs tvm)
+    version = importlib.metadata.version(importlib.metadata.packages_distributions().get(name, [name])[0])
     root = os.path.join(tempfile.gettempdir(), f"accel-avx2-{name}-{version}-{_digest(__file__)}")
     if not os.path.isdir(root):
         building = f"{root}.{os.getpid()}"
@@ -183,7 +199,9 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    if argv[0] != "--qemu":
+    if argv[0] == "--patched":
+        status = subprocess.run(argv[1:], env=dict(os.environ, **patched_env(*PATCHED))).returncode
+    elif argv[0] != "--qemu":
         status = subprocess.run(argv, env=avx2_host_env()).returncode
     else:
         with tempfile.TemporaryDirectory(prefix="accel-qemu-") as root:
