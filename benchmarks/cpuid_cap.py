@@ -12,8 +12,9 @@ KVM guests and recent Intel CPUs); without it the command does not run (exit 70)
 --patched does the same on a host without CPUID faulting (AMD): TVM, TVM FFI and ONNX Runtime
 are imported from copies whose CPUID and XGETBV instructions ask the preload instead
 (patched_env; made once, in the temporary directory, about 2 minutes), numpy, PyTorch and
-glibc are held by their own switches. Native speed, but nothing stops an AVX-512 instruction
-that reaches the CPU: that is what --qemu adds.
+glibc are held by their own switches; it stops (exit 1) if TVM from its copy still names an
+AVX-512 CPU. Native speed, but nothing stops an AVX-512 instruction that reaches the CPU: that
+is what --qemu adds.
 
 --qemu runs the command's Python processes in QEMU's user-mode emulator instead
 (qemu-x86_64, Debian's qemu-user; no CPUID faulting needed): its Haswell has no AVX-512
@@ -82,6 +83,13 @@ def avx2_host_env(env: dict | None = None, mode: str = "1") -> dict:
 # the packages --patched imports from patched copies: those with the code whose choices the
 # tests check (TVM's LLVM names the host CPU, ONNX Runtime picks its kernels)
 PATCHED = ("tvm", "tvm_ffi", "onnxruntime")
+# what --patched checks first: the CPU TVM's LLVM names (by the CPUID the copy asks) and its ISA
+NAMED_CPU = (
+    "from tvm.target import Target, codegen\n"
+    "cpu = str(codegen.llvm_get_system_cpu())\n"
+    "has = lambda f: codegen.llvm_cpu_has_features([f], Target({'kind': 'llvm', 'mcpu': cpu}))\n"
+    "print(cpu, 'avx512' if has('avx512f') else 'avx2' if has('avx2') else 'other')\n"
+)
 # a library's CPUID and XGETBV, and the software interrupts that replace them (cpuid_cap.c)
 PATCHES = {"cpuid": (b"\x0f\xa2", b"\xcd\xa2"), "xgetbv": (b"\x0f\x01\xd0", b"\xcd\xa3\x90")}
 
@@ -200,7 +208,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv else 2
     if argv[0] == "--patched":
-        status = subprocess.run(argv[1:], env=dict(os.environ, **patched_env(*PATCHED))).returncode
+        env = dict(os.environ, **patched_env(*PATCHED))
+        cpu = subprocess.run([sys.executable, "-c", NAMED_CPU], env=env, stdout=subprocess.PIPE, text=True).stdout
+        if not cpu.endswith(" avx2\n"):
+            raise SystemExit(f"cpuid_cap: TVM from the patched copy names the host {cpu.strip()!r}, not an AVX2 CPU")
+        status = subprocess.run(argv[1:], env=env).returncode
     elif argv[0] != "--qemu":
         status = subprocess.run(argv, env=avx2_host_env()).returncode
     else:

@@ -29,6 +29,8 @@ PROBE = r"""
 #include <cpuid.h>
 unsigned leaf7_ebx(void) { unsigned a, b, c, d; __cpuid_count(7, 0, a, b, c, d); return b; }
 unsigned xcr0(void) { unsigned lo, hi; __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0)); return lo; }
+unsigned vendor_ebx(void) { unsigned a, b, c, d; __cpuid(0, a, b, c, d); return b; }
+unsigned signature(void) { unsigned a, b, c, d; __cpuid(1, a, b, c, d); return a; }
 """
 
 READ_PROBES = """
@@ -36,8 +38,10 @@ import ctypes, json, sys
 read = {}
 for path in sys.argv[1:]:
     library = ctypes.CDLL(path)
-    library.leaf7_ebx.restype = library.xcr0.restype = ctypes.c_uint
-    read[path] = [library.leaf7_ebx(), library.xcr0()]
+    probes = [library.leaf7_ebx, library.xcr0, library.vendor_ebx, library.signature]
+    for probe in probes:
+        probe.restype = ctypes.c_uint
+    read[path] = [probe() for probe in probes]
 print(json.dumps(read))
 """
 
@@ -46,6 +50,9 @@ AVX2 = 1 << 5
 # leaf 7 EBX's AVX-512 bits: F, DQ, IFMA, PF, ER, CD, BW, VL
 AVX512_EBX = sum(1 << bit for bit in (16, 17, 21, 26, 27, 28, 30, 31))
 AVX512_STATE = 0xE0  # XCR0: opmask, ZMM_Hi256, Hi16_ZMM
+AMD = 0x68747541  # leaf 0 EBX: "Auth" of AuthenticAMD
+# leaf 1 EAX, the model LLVM names the CPU by: Zen 3 (family 0x19, model 1) on an AMD host, else Haswell
+SIGNATURES = {AMD: 0x00A00F11, None: 0x000306C3}
 
 
 def test_patched_library_reports_an_avx2_only_cpu(tmp_path):
@@ -53,7 +60,7 @@ def test_patched_library_reports_an_avx2_only_cpu(tmp_path):
     source.write_text(PROBE)
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(source), "-o", str(original)], check=True)
     shutil.copy(original, patched)
-    assert cpuid_cap.patch_library(str(patched)) == 2  # one CPUID, one XGETBV
+    assert cpuid_cap.patch_library(str(patched)) == 4  # three CPUIDs, one XGETBV
     env = cpuid_cap.avx2_host_env(mode="patched")
     out = subprocess.run(
         [sys.executable, "-c", READ_PROBES, str(original), str(patched)],
@@ -63,10 +70,11 @@ def test_patched_library_reports_an_avx2_only_cpu(tmp_path):
         text=True,
     ).stdout
     read = json.loads(out)
-    (host_ebx, host_xcr0), (ebx, xcr0) = read[str(original)], read[str(patched)]
+    (host_ebx, host_xcr0, host_vendor, _), (ebx, xcr0, vendor, signature) = read[str(original)], read[str(patched)]
     assert host_ebx & AVX512F and host_xcr0 & AVX512_STATE == AVX512_STATE
     assert not ebx & AVX512F and ebx & AVX2 and not xcr0 & AVX512_STATE
     assert ebx == host_ebx & ~AVX512_EBX and xcr0 | AVX512_STATE == host_xcr0 | AVX512_STATE  # nothing else
+    assert vendor == host_vendor and signature == SIGNATURES.get(vendor, SIGNATURES[None]), hex(signature)
 
 
 RUN_ORT = """
