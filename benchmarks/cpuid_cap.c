@@ -10,8 +10,8 @@
  *   thread starts, dropped by execve, where the preload sets it again) turns every CPUID
  *   instruction into a SIGSEGV. The handler runs the real CPUID with faulting off, clears
  *   AVX-512*, AVX-VNNI and AMX, reports Haswell's model, or Zen 3's on an AMD host (LLVM
- *   names the host CPU by its model), and steps over the instruction. Any other SIGSEGV goes to the handler the
- *   program installed, or kills the process as it would have.
+ *   names the host CPU by its model), and steps over the instruction. Any other SIGSEGV goes
+ *   to the handler the program installed, or kills the process as it would have.
  * - SIGSEGV handlers the program installs (TVM's, Python's faulthandler) become the one this
  *   handler passes other faults to, instead of replacing it.
  * - /proc/cpuinfo reads without the cleared features' flags.

@@ -39,8 +39,8 @@ import tempfile
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpuid_cap.c")
 # PyTorch's own switches to stay on AVX2 (oneDNN's convolutions, ATen's kernels, MKL's matrix
-# products), set too: they hold it there whatever it reads from CPUID
-# and numpy's OpenBLAS its Haswell kernels (it reads CPUID itself, where the preload may not answer)
+# products) and OpenBLAS's (numpy's matrix products), set too: they hold each there whatever
+# it reads from CPUID, which the preload answers only under CPUID faulting
 AVX2_ENV = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "ATEN_CPU_CAPABILITY": "avx2",
