@@ -57,7 +57,7 @@ def host_cpu() -> str:
     if not (cpu and cpu != "generic" and codegen.llvm_is_valid_cpu(cpu, triple)):
         logger.warning("accel: LLVM does not know host CPU %r; using %s (from the CPU's flags)", cpu, level)
         return level
-    named = _cpu_level({flag for flag, feature in LLVM_FEATURES.items() if _has_feature(cpu, feature)})
+    named = named_cpu_level(cpu)
     if flags and named != level:  # (no flags to read, not Linux: the name is all there is)
         logger.warning("accel: LLVM names the host CPU %r (%s), but its flags allow %s; using that", cpu, named, level)
         return level
@@ -70,16 +70,17 @@ CPU_LEVELS = (
     ("x86-64-v3", {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}),
     ("x86-64-v2", {"sse4_1", "sse4_2", "ssse3", "popcnt"}),
 )
-# LLVM's names of those flags
-LLVM_FEATURES = {
-    flag: {"bmi1": "bmi", "sse4_1": "sse4.1", "sse4_2": "sse4.2"}.get(flag, flag)
-    for _, needed in CPU_LEVELS
-    for flag in needed
-}
+# LLVM's names of the flags above that it names otherwise
+LLVM_FEATURES = {"bmi1": "bmi", "sse4_1": "sse4.1", "sse4_2": "sse4.2"}
 
 
-def _has_feature(cpu: str, feature: str) -> bool:
-    return bool(codegen.llvm_cpu_has_features([feature], tvm.target.Target({"kind": "llvm", "mcpu": cpu})))
+def named_cpu_level(cpu: str) -> str:
+    """The widest x86-64 level whose features the LLVM CPU `cpu` has (plain x86-64 if none)."""
+    target = tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+    for level, needed in CPU_LEVELS:
+        if codegen.llvm_cpu_has_features([LLVM_FEATURES.get(flag, flag) for flag in needed], target):
+            return level
+    return "x86-64"
 
 
 # The first LLVM CPU with AMX, and the /proc/cpuinfo flags of what LLVM may emit for it.

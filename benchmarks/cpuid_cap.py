@@ -12,8 +12,8 @@ KVM guests and recent Intel CPUs); without it the command does not run (exit 70)
 --patched does the same on a host without CPUID faulting (AMD): TVM, TVM FFI and ONNX Runtime
 are imported from copies whose CPUID and XGETBV instructions ask the preload instead
 (patched_env; made once, in the temporary directory, about 2 minutes), numpy, PyTorch and
-glibc are held by their own switches; it stops (exit 1) if TVM from its copy still names an
-AVX-512 CPU. Native speed, but nothing stops an AVX-512 instruction that reaches the CPU: that
+glibc are held by their own switches; it stops (exit 1) unless TVM from its copy names an
+AVX2 (x86-64-v3) CPU. Native speed, but nothing stops an AVX-512 instruction that reaches the CPU: that
 is what --qemu adds.
 
 --qemu runs the command's Python processes in QEMU's user-mode emulator instead
@@ -83,12 +83,13 @@ def avx2_host_env(env: dict | None = None, mode: str = "1") -> dict:
 # the packages --patched imports from patched copies: those with the code whose choices the
 # tests check (TVM's LLVM names the host CPU, ONNX Runtime picks its kernels)
 PATCHED = ("tvm", "tvm_ffi", "onnxruntime")
-# what --patched checks first: the CPU TVM's LLVM names (by the CPUID the copy asks) and its ISA
+# what --patched checks first: the CPU TVM's LLVM names (by the CPUID the copy asks) and its
+# x86-64 level, which must be AVX2's
 NAMED_CPU = (
-    "from tvm.target import Target, codegen\n"
+    "from tvm.target import codegen\n"
+    "from accel_target.target import named_cpu_level\n"
     "cpu = str(codegen.llvm_get_system_cpu())\n"
-    "has = lambda f: codegen.llvm_cpu_has_features([f], Target({'kind': 'llvm', 'mcpu': cpu}))\n"
-    "print(cpu, 'avx512' if has('avx512f') else 'avx2' if has('avx2') else 'other')\n"
+    "print(cpu, named_cpu_level(cpu))\n"
 )
 # a library's CPUID and XGETBV, and the software interrupts that replace them (cpuid_cap.c)
 PATCHES = {"cpuid": (b"\x0f\xa2", b"\xcd\xa2"), "xgetbv": (b"\x0f\x01\xd0", b"\xcd\xa3\x90")}
@@ -210,7 +211,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "--patched":
         env = dict(os.environ, **patched_env(*PATCHED))
         cpu = subprocess.run([sys.executable, "-c", NAMED_CPU], env=env, stdout=subprocess.PIPE, text=True).stdout
-        if not cpu.endswith(" avx2\n"):
+        if not cpu.endswith(" x86-64-v3\n"):
             raise SystemExit(f"cpuid_cap: TVM from the patched copy names the host {cpu.strip()!r}, not an AVX2 CPU")
         status = subprocess.run(argv[1:], env=env).returncode
     elif argv[0] != "--qemu":
