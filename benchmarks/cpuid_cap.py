@@ -156,10 +156,11 @@ def patched_env(*packages: str) -> dict:
     """Environment entries for a process that runs `packages` (patched_package, first on this
     process's PYTHONPATH) as on an AVX2-only host, on a host without CPUID faulting; numpy,
     which reads CPUID itself, is told to leave its AVX-512 loops (NPY_DISABLE_CPU_FEATURES
-    takes only the ones it has)."""
+    takes only the ones it has). This process's preloads and glibc tunables are kept beside
+    ours."""
     from numpy._core._multiarray_umath import __cpu_dispatch__
 
-    env = avx2_host_env({}, mode="patched")
+    env = avx2_host_env({k: os.environ[k] for k in ("GLIBC_TUNABLES", "LD_PRELOAD") if k in os.environ}, mode="patched")
     paths = [patched_package(name) for name in packages] + [os.environ.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     env["NPY_DISABLE_CPU_FEATURES"] = " ".join(f for f in __cpu_dispatch__ if f == "X86_V4" or f.startswith("AVX512"))

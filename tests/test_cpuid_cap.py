@@ -130,3 +130,11 @@ def test_onnx_runtime_held_to_avx2_runs_no_avx512_code(tmp_path):
     assert patched["onnxruntime"].startswith(held["PYTHONPATH"])
     assert any(0 <= ms < control["since_ms"] for ms in control["last_avx512_ms"]), control
     assert all(ms == -1 or ms > patched["since_ms"] for ms in patched["last_avx512_ms"]), patched
+
+
+def test_patched_env_keeps_the_callers_preloads_and_tunables(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/opt/caller/liballoc.so")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    env = cpuid_cap.patched_env()
+    assert env["LD_PRELOAD"].split() == [cpuid_cap.library_path(), "/opt/caller/liballoc.so"]
+    assert env["GLIBC_TUNABLES"].split(":") == ["glibc.malloc.arena_max=2", cpuid_cap.GLIBC_AVX2]
