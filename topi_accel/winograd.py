@@ -20,10 +20,11 @@ local tile ("conv2d_winograd_data_rows": B^T d; "conv2d_winograd_columns": M A):
 whose B^T has 26 non-zeros, 2 x 6 x 26 multiply-adds per tile and channel instead of 26^2
 for B^T d B at once. Measured alone, 2 threads, Zen 4, AVX2 code: the data transform of
 56x56x64 164 -> 97 us, of 28x28x128 107 -> 73; the inverse 66 -> 45 and 36 -> 22. The whole
-convs, both kernels taking turns in one process: 56x56x64 0.81x the time with AVX2 code, 0.89x
-with AVX-512; 28x28x128 0.89x and 0.88x; F(2x2)'s transforms, as sparse either way, 1.00x.
-ResNet-50 (`bench_ab.py --base`, 30 rounds): 0.990x with AVX2 code, 1.004x with AVX-512,
-within the host's noise of the 1% these convs' share predicts.
+convs, both kernels taking turns in one process (two runs): 56x56x64 0.72x and 0.84x the time
+with AVX2 code, 0.88x with AVX-512; 28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512
+0.97x with both; F(2x2)'s transforms, as sparse either way, 1.00x. In ResNet-50 these convs
+are about 7% of the time, and `bench_ab.py --base` (30 rounds, AVX2 code) saw 1.003x, within
+the host's noise.
 """
 
 from __future__ import annotations
@@ -260,7 +261,9 @@ def _transform_pass_in_registers(sch: s_tir.Schedule, name: str, loop) -> None:
     block = sch.get_sblock(name)
     sch.compute_at(block, loop)
     sch.set_scope(block, 0, "local")
-    *_, first, second, _, channels = sch.get_loops(block)
+    loops = sch.get_loops(block)
+    at = next(i for i, candidate in enumerate(loops) if sch.get(candidate).same_as(sch.get(loop)))
+    first, second, channels = loops[at + 1 :]  # the loops compute_at made (the tile's is a point)
     sch.unroll(first)
     sch.unroll(second)
     sch.vectorize(channels)
