@@ -18,13 +18,12 @@ are inlined into it like into every accel kernel's write-back).
 Each transform runs as two passes over a tile's vector of channels, the first kept in a
 local tile ("conv2d_winograd_data_rows": B^T d; "conv2d_winograd_columns": M A): for F(4x4),
 whose B^T has 26 non-zeros, 2 x 6 x 26 multiply-adds per tile and channel instead of 26^2
-for B^T d B at once. Measured alone, 2 threads, Zen 4, AVX2 code: the data transform of
-56x56x64 164 -> 97 us, of 28x28x128 107 -> 73; the inverse 66 -> 45 and 36 -> 22. The whole
-convs, both kernels taking turns in one process (two runs): 56x56x64 0.72x and 0.84x the time
-with AVX2 code, 0.88x with AVX-512; 28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512
-0.97x with both; F(2x2)'s transforms, as sparse either way, 1.00x. ResNet-50's F(4x4) convs
-take about 11% of its time with AVX2 code (VM profile), which predicts about 1.5%; in the model
-`bench_ab.py --base` (30 rounds, AVX2 code) saw 1.003x, within the host's noise.
+for B^T d B at once. Measured alone, 2 threads, Zen 4, both kernels taking turns in one
+process (two runs): 56x56x64 0.72x and 0.84x the time with AVX2 code, 0.88x with AVX-512;
+28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512 0.97x with both; F(2x2)'s transforms,
+as sparse either way, 1.00x. ResNet-50's F(4x4) convs take about 11% of its time with AVX2
+code (VM profile), which predicts about 1.5%; in the model `bench_ab.py --base` (30 rounds,
+AVX2 code) saw 1.003x, within the host's noise.
 """
 
 from __future__ import annotations
