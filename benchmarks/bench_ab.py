@@ -1,5 +1,6 @@
-"""A/B of a heuristic: a model built as it is (A) and with module constants set otherwise (B),
-the two executables timed in turns in one process.
+"""A/B of a heuristic or a code change: a model built as it is (A) and with module constants set
+otherwise (B), or by an earlier revision's code (A) and as it is (B), the two executables timed
+in turns in one process.
 
     python benchmarks/bench_ab.py --set topi_accel.conv2d.ROW_CHUNKS_MAX_KERNEL_BYTES=-1
                                   [--models mobilenet_v2,resnet50] [--mcpu haswell] [--rounds 25] [--int8]
@@ -26,6 +27,7 @@ import ast
 import functools
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,13 +71,17 @@ def _build(make_module, target, settings, layout):
 
 # the build of A for --base: argv [tree, model, mcpu, layout, ONNX file, library] ("": none)
 BUILD_AT_BASE = """
-import sys
+import os, sys
 tree, name, mcpu, layout, onnx, library = sys.argv[1:7]
 sys.path[:0] = [tree, {here!r}]  # the revision's packages, this checkout's models
 import tvm, accel_target
-from models import make
-model, x = make(name)
-mod = accel_target.from_onnx(onnx) if onnx else accel_target.from_torch(model, x)
+if not os.path.abspath(accel_target.__file__).startswith(tree + os.sep):
+    raise SystemExit(f"bench_ab --base: accel_target came from {{accel_target.__file__}}, not {{tree}}")
+if onnx:
+    mod = accel_target.from_onnx(onnx)
+else:
+    from models import make
+    mod = accel_target.from_torch(*make(name))
 target = tvm.target.Target({{"tag": "accel", "mcpu": mcpu}}) if mcpu else "accel"
 accel_target.build(mod, input_layout=layout or None, target=target).export_library(library)
 """
@@ -86,13 +92,17 @@ def _build_at(rev: str, name: str, mcpu: str | None, layout, onnx: str | None, f
     tree = os.path.join(folder, "tree")
     if not os.path.isdir(tree):
         os.makedirs(tree)
-        archive = subprocess.run(["git", "-C", HERE, "archive", rev], stdout=subprocess.PIPE, check=True).stdout
+        # from the repository's root: `git archive` run in a subfolder packs only that folder
+        command = ["git", "-C", os.path.dirname(HERE), "archive", rev]
+        archive = subprocess.run(command, stdout=subprocess.PIPE, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
     library = os.path.join(folder, f"{name}.so")
     script = BUILD_AT_BASE.format(here=HERE)
     argv = [tree, name, mcpu or "", layout or "", onnx or "", library]
     subprocess.run([sys.executable, "-c", script, *argv], check=True, cwd=folder)
-    return tvm.runtime.load_module(library)
+    module = tvm.runtime.load_module(library)
+    accel_target.pool.install(library)  # on accel's pool, as B's build is (AccelExecutable.jit)
+    return module
 
 
 def main(argv=None) -> None:
@@ -145,6 +155,8 @@ def main(argv=None) -> None:
         ratio = np.median(np.array(times["B"]) / np.array(times["A"]))
         a, b = (float(np.median(times[k])) for k in "AB")
         print(f"{name}: A {a:.3f} ms, B {b:.3f} ms, B / A {ratio:.3f} (median of {args.rounds} rounds)")
+    if base_folder:  # the loaded libraries stay mapped
+        shutil.rmtree(base_folder)
 
 
 if __name__ == "__main__":
