@@ -16,14 +16,13 @@ tiled like dense_kn, reading U packed as [alpha^2, O/nb, C, nb]) and
 are inlined into it like into every accel kernel's write-back).
 
 Each transform runs as two passes over a tile's vector of channels, the first kept in a
-local tile ("conv2d_winograd_data_rows": B^T d; "conv2d_winograd_columns": M A): for F(4x4),
-whose B^T has 26 non-zeros, 2 x 6 x 26 multiply-adds per tile and channel instead of 26^2
-for B^T d B at once. Measured alone, 2 threads, Zen 4, both kernels taking turns in one
-process (two runs): 56x56x64 0.72x and 0.84x the time with AVX2 code, 0.88x with AVX-512;
-28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512 0.97x with both; F(2x2)'s transforms,
-as sparse either way, 1.00x. ResNet-50's F(4x4) convs take about 11% of its time with AVX2
-code (VM profile), which predicts about 1.5%; in the model `bench_ab.py --base` (30 rounds,
-AVX2 code) saw 1.003x, within the host's noise.
+local tile ("conv2d_winograd_data_rows": B^T d; "conv2d_winograd_columns": M A). F(4x4)'s
+B^T has 26 non-zeros: 2 x 6 x 26 multiply-adds per tile and channel instead of 26^2 for
+B^T d B at once; its A^T has 18: 6 x 18 + 4 x 18 instead of 18^2. Measured alone, 2 threads,
+Zen 4, both kernels taking turns in one process (two runs): 56x56x64 0.72x and 0.84x the time
+with AVX2 code, 0.88x with AVX-512; 28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512 0.97x
+with both; F(2x2)'s transforms, as sparse either way, 1.00x. ResNet-50's F(4x4) convs take
+about 11% of its time with AVX2 code (VM profile), which predicts about 1.5% there.
 """
 
 from __future__ import annotations
@@ -235,7 +234,7 @@ def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Wino
     parallel(p)
     sch.unroll(e)
     sch.vectorize(ci)
-    _transform_pass_in_registers(sch, "conv2d_winograd_data_rows", co)
+    _transform_pass_local(sch, "conv2d_winograd_data_rows", co)
 
     out = sch.get_sblock("conv2d_winograd")
     n, h, w, o = sch.get_loops(out)
@@ -247,16 +246,17 @@ def schedule_conv2d_winograd(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Wino
     sch.unroll(hi)
     sch.unroll(wi)
     sch.vectorize(oi)
-    _transform_pass_in_registers(sch, "conv2d_winograd_columns", oo)
+    _transform_pass_local(sch, "conv2d_winograd_columns", oo)
     # the alpha^2 products: register tiles as dense_kn's, parallel over (plane, column block,
     # row block); after the transforms' compute_at, which some grids refuse once the products
     # are scheduled ("not a stage pipeline": 16x17 with F(4x4))
     return schedule_matmul(sch.mod["main"], "conv2d_winograd_gemm", geo.out_c, cfg, prefetch_weights=True)
 
 
-def _transform_pass_in_registers(sch: s_tir.Schedule, name: str, loop) -> None:
+def _transform_pass_local(sch: s_tir.Schedule, name: str, loop) -> None:
     """Compute the first pass `name` of a transform under `loop` (a tile's vector of channels):
-    its alpha x alpha (or alpha x m) vectors become a local tile, unrolled."""
+    its alpha x alpha (or alpha x m) vectors become a local tile, unrolled (a stack array by
+    stacktiles, which LLVM keeps in registers as far as they go)."""
     block = sch.get_sblock(name)
     sch.compute_at(block, loop)
     sch.set_scope(block, 0, "local")
