@@ -274,7 +274,7 @@ def main() -> None:
     os.makedirs(results, exist_ok=True)
     name = "models" if args.batch == 1 else f"models_batch{args.batch}"
     with open(os.path.join(results, f"{name}.md"), "w") as f:
-        f.write("# Whole models\n\n" + text)
+        f.write(("# Whole models" if args.batch == 1 else f"# Whole models, batch {args.batch}") + "\n\n" + text)
     plot(rows, os.path.join(results, f"{name}.png"), header)
 
 
