@@ -20,9 +20,24 @@ from .pipeline import build
 from .target import machine, num_threads
 from .timing import median_ms, onnxruntime_runner, save_inputs, speedups, take_turns, vm_runner
 
-__all__ = ["compare", "isa", "max_rel_error", "median_ms", "median_of_medians", "onnxruntime_runner", "vm_runner"]
+__all__ = [
+    "compare",
+    "isa",
+    "max_rel_error",
+    "median_ms",
+    "median_of_medians",
+    "onnxruntime_runner",
+    "target_for",
+    "vm_runner",
+]
 # the widest vectors of a target, by the name its benchmark results are kept under
 ISA_BY_VECTOR_BITS = {512: "avx512", 256: "avx2", 128: "sse"}
+
+
+def target_for(mcpu: str | None = None):
+    """accel's target for the LLVM CPU `mcpu` (the benchmarks' --mcpu: haswell gives AVX2 code,
+    which any AVX2 or AVX-512 host runs), or the host's tag without one."""
+    return tvm.target.Target({"tag": "accel", "mcpu": mcpu}) if mcpu else "accel"
 
 
 def isa(target="accel") -> str:

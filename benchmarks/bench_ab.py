@@ -42,7 +42,7 @@ import tvm  # noqa: E402
 from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402
-from accel_target.benchmark import max_rel_error, median_ms, vm_runner  # noqa: E402
+from accel_target.benchmark import max_rel_error, median_ms, target_for, vm_runner  # noqa: E402
 
 
 def _setting(text: str) -> tuple[object, str, object]:
@@ -118,7 +118,7 @@ def main(argv=None) -> None:
     if not args.set and not args.base:
         ap.error("give --set MODULE.NAME=VALUE or --base REV (or both)")
     settings = [_setting(s) for s in args.set]
-    target = tvm.target.Target({"tag": "accel", "mcpu": args.mcpu}) if args.mcpu else "accel"
+    target = target_for(args.mcpu)
     a_is = f"the code at {args.base}" if args.base else "the code as it is"
     b_is = ", ".join(["the code as it is", *args.set])
     print(f"{accel_target.num_threads()} threads; A: {a_is}; B: {b_is}; target {target}")

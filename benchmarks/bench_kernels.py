@@ -126,14 +126,12 @@ def _module(kind: str, args):
 
 
 def accel_runner(kind: str, args, mcpu: str | None = None):
-    import tvm
-
     import accel_target
+    from accel_target.benchmark import target_for
     from accel_target.timing import vm_runner
 
     mod, x = _module(kind, args)
-    target = tvm.target.Target({"tag": "accel", "mcpu": mcpu} if mcpu else "accel")
-    return vm_runner(accel_target.build(mod, target=target), [x])
+    return vm_runner(accel_target.build(mod, target=target_for(mcpu)), [x])
 
 
 def stock_tvm_runner(kind: str, args, mcpu: str | None = None):
@@ -253,12 +251,12 @@ def main() -> int:
     import tvm
 
     import accel_target
-    from accel_target.benchmark import isa
+    from accel_target.benchmark import isa, target_for
     from accel_target.timing import TimingProcess, speedups
 
     threads = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
     contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
-    avx2 = args.mcpu is not None and isa({"tag": "accel", "mcpu": args.mcpu}) == "avx2"
+    avx2 = args.mcpu is not None and isa(target_for(args.mcpu)) == "avx2"
     env = {"torch": cpuid_cap.AVX2_ENV, "numpy": NUMPY_AVX2_ENV} if avx2 else {}
     processes = {name: TimingProcess(name, threads, [HERE], env.get(name)) for name in contenders}
     cases = [(group, kind, case) for group, kind, case in CASES if args.only in group]
@@ -294,7 +292,7 @@ def main() -> int:
     print(text)
     if args.only:  # a subset does not replace the tables
         return 0
-    results = os.path.join(HERE, "results", isa({"tag": "accel", "mcpu": args.mcpu} if args.mcpu else "accel"))
+    results = os.path.join(HERE, "results", isa(target_for(args.mcpu)))
     os.makedirs(results, exist_ok=True)
     with open(os.path.join(results, "kernels.md"), "w", encoding="utf-8") as f:
         f.write(f"# kernels\n\n{text}")

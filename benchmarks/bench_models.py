@@ -47,7 +47,7 @@ import tvm  # noqa: E402
 from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
-from accel_target.benchmark import isa, max_rel_error, vm_runner  # noqa: E402
+from accel_target.benchmark import isa, max_rel_error, target_for, vm_runner  # noqa: E402
 from accel_target.timing import save_inputs, speedups, take_turns  # noqa: E402
 
 ROUNDS = 10
@@ -55,9 +55,7 @@ ROUNDS = 10
 
 def _targets(mcpu: str | None) -> tuple:
     """accel's target and stock TVM's: the host's, or built for `mcpu`."""
-    if mcpu is None:
-        return "accel", "llvm"
-    return tvm.target.Target({"tag": "accel", "mcpu": mcpu}), tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    return target_for(mcpu), tvm.target.Target({"kind": "llvm", "mcpu": mcpu}) if mcpu else "llvm"
 
 
 def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1, mcpu: str | None = None) -> dict:

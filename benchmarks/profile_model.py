@@ -27,10 +27,10 @@ from tvm import relax  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target import launches  # noqa: E402
-from accel_target.benchmark import isa  # noqa: E402
+from accel_target.benchmark import isa, target_for  # noqa: E402
 
 
-def profile(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, tuple[float, int, list]]:
+def kernel_times(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, tuple[float, int, list]]:
     """{VM call name: (us per run of main, calls per run, its first call's argument shapes)}
     over `calls` runs of main."""
     times: dict[str, list[float]] = {}
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25, help="kernels printed (default 25)")
     args = parser.parse_args()
 
-    target = tvm.target.Target({"tag": "accel", "mcpu": args.mcpu}) if args.mcpu else "accel"
+    target = target_for(args.mcpu)
     model, x = make(args.model, batch=args.batch)
     with launches.disabled():
         executable = accel_target.build(accel_target.from_torch(model, (x,)), target=target)
@@ -75,7 +75,7 @@ def main() -> None:
         vm["main"](*inputs)
     run_ms = (time.perf_counter() - started) / args.calls * 1e3
 
-    kernels = profile(vm, inputs, args.calls)
+    kernels = kernel_times(vm, inputs, args.calls)
     total = sum(us for us, _, _ in kernels.values())
     print(
         f"{args.model}, batch {args.batch}, {accel_target.num_threads()} threads, {isa(target)} code: "
