@@ -1,0 +1,137 @@
+"""The FMA peak of this machine: a loop of register-only vector FMAs, on N threads at once.
+
+    python benchmarks/fma_peak.py [--threads N] [--repeat R]
+
+What the matrix products and convolutions of the other benchmarks are measured against ("at 91%
+of the FMA peak"): each thread runs 12 independent chains of fused multiply-adds (enough to
+cover the FMA latency of current x86 cores) on 256-bit vectors (AVX2 + FMA) and, where accel's
+target for this host has AVX-512, on 512-bit ones; no loads, no stores. The C source is
+compiled with TVM's C compiler driver (`CC`, default gcc). Threads: `--threads`, else
+TVM_NUM_THREADS, else every core. Prints the median and the best of R runs of about 0.2 s, in
+GFLOP/s for all threads together (the host's speed states show as a spread between them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import tempfile
+
+CHAINS = 12  # independent FMA chains a thread runs: more than FMA latency x FMA pipes
+SOURCE = r"""
+#include <immintrin.h>
+#include <pthread.h>
+#include <time.h>
+
+#define CHAINS @CHAINS@
+typedef struct { long iterations; double seconds; float sink; } job;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* A thread's loop: CHAINS independent chains a = a * c + b on VEC vectors, all in registers. */
+#define FMA_LOOP(NAME, TARGET, VEC, SET1, FMADD, ADD, FIRST)                  \
+  __attribute__((target(TARGET))) static void* NAME(void* arg) {             \
+    job* j = arg;                                                            \
+    VEC a[CHAINS], b = SET1(1e-7f), c = SET1(0.9999999f);                    \
+    for (int k = 0; k < CHAINS; ++k) a[k] = SET1((float)k);                  \
+    double start = now();                                                    \
+    for (long i = 0; i < j->iterations; ++i) {                               \
+      _Pragma("GCC unroll 64") for (int k = 0; k < CHAINS; ++k) a[k] = FMADD(a[k], c, b); \
+    }                                                                        \
+    j->seconds = now() - start;                                              \
+    for (int k = 1; k < CHAINS; ++k) a[0] = ADD(a[0], a[k]);                 \
+    j->sink = FIRST(a[0]);                                                   \
+    return NULL;                                                             \
+  }
+
+FMA_LOOP(loop256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_cvtss_f32)
+FMA_LOOP(loop512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_cvtss_f32)
+
+/* Seconds that the slowest of `threads` threads took for `iterations` steps of CHAINS FMAs on
+ * `bits`-bit vectors (the caller knows the CPU has them), or -1 if a thread did not start. */
+double fma_seconds(int threads, long iterations, int bits) {
+  pthread_t tid[256];
+  job jobs[256];
+  if (threads < 1 || threads > 256) return -1;
+  int started = 0;
+  while (started < threads) {
+    jobs[started] = (job){iterations, 0, 0};
+    if (pthread_create(&tid[started], NULL, bits == 512 ? loop512 : loop256, &jobs[started])) break;
+    ++started;
+  }
+  double slowest = 0;
+  for (int t = 0; t < started; ++t) {
+    pthread_join(tid[t], NULL);
+    if (jobs[t].seconds > slowest) slowest = jobs[t].seconds;
+  }
+  return started == threads ? slowest : -1;
+}
+"""
+
+
+def widths() -> list[int]:
+    """The vector widths (bits) that accel's target for this host has FMAs for: 256 with FMA,
+    512 with AVX-512 (the host as accel sees it, so `cpuid_cap.py` can hide AVX-512)."""
+    import tvm
+    from tvm.target import codegen
+
+    import accel_target  # noqa: F401  (registers the "accel" tag)
+
+    target = tvm.target.Target("accel")
+    return [
+        bits for bits, feature in ((256, "fma"), (512, "avx512f")) if codegen.llvm_cpu_has_features([feature], target)
+    ]
+
+
+def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, list[float]]:
+    """{vector bits: GFLOP/s of each of `repeat` runs of about `seconds`} for `widths()`."""
+    from tvm.support import cc
+
+    with tempfile.TemporaryDirectory(prefix="accel_fma_") as scratch:
+        source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(SOURCE.replace("@CHAINS@", str(CHAINS)))
+        cc.create_shared(built, [source], options=["-O2", "-pthread"], cc=os.environ.get("CC", "gcc"))
+        lib = ctypes.CDLL(built)
+    lib.fma_seconds.restype = ctypes.c_double
+    lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
+
+    def gflops(iterations: int, bits: int) -> float:
+        took = lib.fma_seconds(threads, iterations, bits)
+        if took <= 0:
+            raise RuntimeError(f"fma_peak: could not start {threads} threads (1 to 256)")
+        return threads * iterations * CHAINS * (bits // 32) * 2 / took * 1e-9
+
+    results = {}
+    for bits in widths():
+        probe = 100_000
+        iterations = max(1, int(seconds * gflops(probe, bits) * 1e9 / threads / (CHAINS * (bits // 32) * 2)))
+        results[bits] = [gflops(iterations, bits) for _ in range(repeat)]
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, help="default: TVM_NUM_THREADS, else every core")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
+    results = fma_peak(threads, args.repeat)
+    if not results:
+        print("no FMA here: accel's target for this host has neither FMA nor AVX-512")
+    for bits, runs in results.items():
+        name = "AVX2 + FMA (256-bit)" if bits == 256 else "AVX-512 (512-bit)"
+        print(
+            f"{name}: {statistics.median(runs):.1f} GFLOP/s median, {max(runs):.1f} best "
+            f"of {len(runs)} runs, {threads} thread(s) ({max(runs) / threads:.1f} a thread at best)"
+        )
+
+
+if __name__ == "__main__":
+    main()
