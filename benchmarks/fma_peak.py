@@ -2,13 +2,14 @@
 
     python benchmarks/fma_peak.py [--threads N] [--repeat R]
 
-What the matrix products and convolutions of the other benchmarks are measured against ("at 91%
-of the FMA peak"): each thread runs 12 independent chains of fused multiply-adds (enough to
-cover the FMA latency of current x86 cores) on 256-bit vectors (AVX2 + FMA) and, where accel's
-target for this host has AVX-512, on 512-bit ones; no loads, no stores. The C source is
-compiled with TVM's C compiler driver (`CC`, default gcc). Threads: `--threads`, else
-TVM_NUM_THREADS, else every core. Prints the median and the best of R runs of about 0.2 s, in
-GFLOP/s for all threads together (the host's speed states show as a spread between them).
+What the GFLOP/s of the other benchmarks' matrix products and convolutions are read against:
+each thread runs 12 independent chains of fused multiply-adds (enough to cover the FMA latency
+of current x86 cores) on 256-bit vectors where accel's target for this host has AVX2 and FMA,
+and on 512-bit ones where it has AVX-512; no loads, no stores. The threads start together and
+each times its own loop; a run takes the slowest. The C source is compiled as pool.c is
+(`tvm.support.cc`, `CC`, default gcc). Threads: `--threads`, else TVM_NUM_THREADS, else every
+core this process may use. Prints the median and the best of R runs of about 0.2 s, in GFLOP/s
+for all threads together (the host's speed states show as a spread between them).
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ import argparse
 import ctypes
 import os
 import statistics
+import sys
 import tempfile
 
 CHAINS = 12  # independent FMA chains a thread runs: more than FMA latency x FMA pipes
+MAX_THREADS = 256
 SOURCE = r"""
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #define CHAINS @CHAINS@
+#define MAX_THREADS @MAX_THREADS@
+static atomic_int go; /* the threads start their loops together, once all have started */
 typedef struct { long iterations; double seconds; float sink; } job;
 
 static double now(void) {
@@ -40,6 +46,7 @@ static double now(void) {
     job* j = arg;                                                            \
     VEC a[CHAINS], b = SET1(1e-7f), c = SET1(0.9999999f);                    \
     for (int k = 0; k < CHAINS; ++k) a[k] = SET1((float)k);                  \
+    while (!atomic_load(&go)) _mm_pause();                                   \
     double start = now();                                                    \
     for (long i = 0; i < j->iterations; ++i) {                               \
       _Pragma("GCC unroll 64") for (int k = 0; k < CHAINS; ++k) a[k] = FMADD(a[k], c, b); \
@@ -56,15 +63,19 @@ FMA_LOOP(loop512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add
 /* Seconds that the slowest of `threads` threads took for `iterations` steps of CHAINS FMAs on
  * `bits`-bit vectors (the caller knows the CPU has them), or -1 if a thread did not start. */
 double fma_seconds(int threads, long iterations, int bits) {
-  pthread_t tid[256];
-  job jobs[256];
-  if (threads < 1 || threads > 256) return -1;
+  pthread_t tid[MAX_THREADS];
+  job jobs[MAX_THREADS];
+  if (threads < 1 || threads > MAX_THREADS) return -1;
+  atomic_store(&go, 0);
   int started = 0;
   while (started < threads) {
     jobs[started] = (job){iterations, 0, 0};
     if (pthread_create(&tid[started], NULL, bits == 512 ? loop512 : loop256, &jobs[started])) break;
     ++started;
   }
+  if (started < threads) /* the started ones wait for `go`: let them go, with nothing to do */
+    for (int t = 0; t < started; ++t) jobs[t].iterations = 0;
+  atomic_store(&go, 1);
   double slowest = 0;
   for (int t = 0; t < started; ++t) {
     pthread_join(tid[t], NULL);
@@ -76,27 +87,37 @@ double fma_seconds(int threads, long iterations, int bits) {
 
 
 def widths() -> list[int]:
-    """The vector widths (bits) that accel's target for this host has FMAs for: 256 with FMA,
-    512 with AVX-512 (the host as accel sees it, so `cpuid_cap.py` can hide AVX-512)."""
+    """The vector widths (bits) that accel's target for this host has FMAs for: 256 with AVX2
+    and FMA, 512 with AVX-512 (the host as accel sees it, so `cpuid_cap.py` can hide AVX-512)."""
     import tvm
     from tvm.target import codegen
 
     import accel_target  # noqa: F401  (registers the "accel" tag)
 
     target = tvm.target.Target("accel")
-    return [
-        bits for bits, feature in ((256, "fma"), (512, "avx512f")) if codegen.llvm_cpu_has_features([feature], target)
-    ]
+    needs = ((256, ["avx2", "fma"]), (512, ["avx512f"]))
+    return [bits for bits, features in needs if codegen.llvm_cpu_has_features(features, target)]
+
+
+def flops_per_iteration(bits: int) -> int:
+    """FLOP a thread does in one step of its loop: CHAINS FMAs (2 FLOP) on bits / 32 lanes."""
+    return CHAINS * (bits // 32) * 2
 
 
 def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, list[float]]:
     """{vector bits: GFLOP/s of each of `repeat` runs of about `seconds`} for `widths()`."""
     from tvm.support import cc
 
+    if not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"fma_peak: threads={threads}; supported: 1 to {MAX_THREADS}")
+    bits_here = widths()
+    if not bits_here:
+        return {}
+
     with tempfile.TemporaryDirectory(prefix="accel_fma_") as scratch:
         source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
         with open(source, "w", encoding="utf-8") as f:
-            f.write(SOURCE.replace("@CHAINS@", str(CHAINS)))
+            f.write(SOURCE.replace("@CHAINS@", str(CHAINS)).replace("@MAX_THREADS@", str(MAX_THREADS)))
         cc.create_shared(built, [source], options=["-O2", "-pthread"], cc=os.environ.get("CC", "gcc"))
         lib = ctypes.CDLL(built)
     lib.fma_seconds.restype = ctypes.c_double
@@ -105,31 +126,37 @@ def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, 
     def gflops(iterations: int, bits: int) -> float:
         took = lib.fma_seconds(threads, iterations, bits)
         if took <= 0:
-            raise RuntimeError(f"fma_peak: could not start {threads} threads (1 to 256)")
-        return threads * iterations * CHAINS * (bits // 32) * 2 / took * 1e-9
+            raise RuntimeError(f"fma_peak: could not start {threads} threads")
+        return threads * iterations * flops_per_iteration(bits) / took * 1e-9
 
     results = {}
-    for bits in widths():
-        probe = 100_000
-        iterations = max(1, int(seconds * gflops(probe, bits) * 1e9 / threads / (CHAINS * (bits // 32) * 2)))
+    for bits in bits_here:
+        rate = gflops(100_000, bits)  # a probe, to size the runs
+        iterations = max(1, int(seconds * rate * 1e9 / threads / flops_per_iteration(bits)))
         results[bits] = [gflops(iterations, bits) for _ in range(repeat)]
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, help="default: TVM_NUM_THREADS, else every core")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--threads", type=int, help=f"1 to {MAX_THREADS} (default: TVM_NUM_THREADS, else every core)")
+    parser.add_argument("--repeat", type=int, default=10, help="runs of each width (default 10)")
     args = parser.parse_args()
-    threads = args.threads or int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
+    from accel_target.target import host_cores
+
+    threads = args.threads if args.threads is not None else int(os.environ.get("TVM_NUM_THREADS") or host_cores())
+    if not 1 <= threads <= MAX_THREADS:
+        parser.error(f"--threads {threads}: supported 1 to {MAX_THREADS}")
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: at least 1")
     results = fma_peak(threads, args.repeat)
     if not results:
-        print("no FMA here: accel's target for this host has neither FMA nor AVX-512")
+        sys.exit("no FMA here: accel's target for this host has no AVX2 + FMA")
     for bits, runs in results.items():
         name = "AVX2 + FMA (256-bit)" if bits == 256 else "AVX-512 (512-bit)"
         print(
             f"{name}: {statistics.median(runs):.1f} GFLOP/s median, {max(runs):.1f} best "
-            f"of {len(runs)} runs, {threads} thread(s) ({max(runs) / threads:.1f} a thread at best)"
+            f"of {len(runs)} run(s), {threads} thread(s) ({max(runs) / threads:.1f} a thread at best)"
         )
 
 
