@@ -29,8 +29,7 @@ SOURCE = r"""
 #include <stdatomic.h>
 #include <time.h>
 
-#define CHAINS @CHAINS@
-#define MAX_THREADS @MAX_THREADS@
+/* CHAINS and MAX_THREADS: defined by the compiler's command line, from the Python names */
 static atomic_int go; /* the threads start their loops together, once all have started */
 typedef struct { long iterations; double seconds; float sink; } job;
 
@@ -117,8 +116,9 @@ def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, 
     with tempfile.TemporaryDirectory(prefix="accel_fma_") as scratch:
         source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
         with open(source, "w", encoding="utf-8") as f:
-            f.write(SOURCE.replace("@CHAINS@", str(CHAINS)).replace("@MAX_THREADS@", str(MAX_THREADS)))
-        cc.create_shared(built, [source], options=["-O2", "-pthread"], cc=os.environ.get("CC", "gcc"))
+            f.write(SOURCE)
+        options = ["-O2", "-pthread", f"-DCHAINS={CHAINS}", f"-DMAX_THREADS={MAX_THREADS}"]
+        cc.create_shared(built, [source], options=options, cc=os.environ.get("CC", "gcc"))
         lib = ctypes.CDLL(built)
     lib.fma_seconds.restype = ctypes.c_double
     lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
@@ -142,14 +142,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help=f"1 to {MAX_THREADS} (default: TVM_NUM_THREADS, else every core)")
     parser.add_argument("--repeat", type=int, default=10, help="runs of each width (default 10)")
     args = parser.parse_args()
-    from accel_target.target import host_cores
+    import accel_target  # sets TVM_NUM_THREADS to every core unless set
 
-    threads = args.threads if args.threads is not None else int(os.environ.get("TVM_NUM_THREADS") or host_cores())
-    if not 1 <= threads <= MAX_THREADS:
-        parser.error(f"--threads {threads}: supported 1 to {MAX_THREADS}")
+    threads = args.threads if args.threads is not None else accel_target.num_threads()
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
-    results = fma_peak(threads, args.repeat)
+    try:
+        results = fma_peak(threads, args.repeat)
+    except ValueError as err:
+        parser.error(str(err))
     if not results:
         sys.exit("no FMA here: accel's target for this host has no AVX2 + FMA")
     for bits, runs in results.items():
