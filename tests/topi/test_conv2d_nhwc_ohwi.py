@@ -218,6 +218,35 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
             assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_pointwise_row_tile_of_eight_accumulators_gives_way_to_a_flat_tile_of_all(isa):
+    """With 12 accumulators (AVX2, SSE), a 1x1 conv whose row tile keeps 8 (ResNet-50's
+    14x14x1024->512 and ->256: 2 columns of 4 vectors; 28x28x512->256: 4 of 2) takes a flat tile
+    of all 12 (6 pixels of two vectors, the last tile padded), unless it widens its channels
+    (14x14x256->1024), its rows come in chunks per thread (56x56x256->128: a small kernel) or
+    a flat tile of 12 would pad more than a tenth of its pixels (5x5: 30 for 25). AVX-512's
+    row tiles keep 14 or more of its 24 (at 5x5, 10: a flat tile of 12 pixels would pad 36)."""
+    knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
+    with tvm.target.Target(ISAS[isa]):
+        for width, in_c, out_c in (
+            (14, 1024, 512),
+            (14, 1024, 256),
+            (28, 512, 256),
+            (14, 256, 1024),
+            (56, 256, 128),
+            (5, 512, 512),
+        ):
+            cfg = topi_accel.conv2d_config(
+                topi_accel.conv2d_geometry((1, width, width, in_c), (out_c, 1, 1, in_c), 1, 0)
+            )
+            accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
+            flat = knobs.accumulators == 12 and in_c > out_c and width in (14, 28)
+            assert (cfg.flat, accumulators) == (flat, 12 if flat else accumulators), (width, in_c, out_c, cfg)
+            assert cfg.flat or accumulators >= (14 if knobs.accumulators == 24 and width > 5 else 8), cfg
+            if flat:
+                assert cfg.ow_block == 6 and cfg.channels_outer, cfg
+
+
 def test_conv2d_schedule_is_vectorized_and_parallel():
     with tvm.target.Target("accel"):
         geo = topi_accel.conv2d_geometry((1, 56, 56, 64), (64, 3, 3, 64), 1, 1)
