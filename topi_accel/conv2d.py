@@ -16,9 +16,10 @@ prefetches its share of the next block's kernel (`topi_accel.prefetch`); a small
 rows then come in one chunk per thread outside the channel blocks, so that a thread writes
 the rows the next kernel's thread reads (`Conv2DConfig.row_chunks`).
 
-A 1x1 conv whose output width leaves a row's tile too few accumulators (7 or 14 columns with
-AVX2's 12) runs its tiles along the output pixels in row-major order instead (h and w
-flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`): a channel block's tiles
+A 1x1 conv whose output width leaves a row's tile too few accumulators (7 columns with AVX2's
+12, or 8 of them at 14 and 28) runs its tiles along the output pixels in row-major order
+instead (h and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`,
+`_flat_pointwise_tile` says when): a channel block's tiles
 write its slab of the flattened output, which the same parallel iteration then copies into
 the output, epilogue included.
 """
@@ -267,8 +268,8 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     of four vectors instead of 5 of two (15 computed): 14x14x1024->512 1128 -> 1041 us,
     1024->256 591 -> 525, 256->1024 578 -> 522, 1x1/2 28x28x512->1024 1101 -> 1027. A 3x3
     conv keeps the padded tile (3x3/2 28x28x256->256: 1265 against 1306 us), whose columns
-    share their input windows. Those that do not widen their channels go on to a flat tile of
-    12 accumulators (`_flat_pointwise_tile`)."""
+    share their input windows. Those that do not widen their channels take a flat tile of all 12
+    accumulators instead, where `_flat_pointwise_tile` allows it."""
     for columns in range(width - 1, MIN_NARROW_COLUMNS - 1, -1):
         if width % columns:
             continue
@@ -289,13 +290,14 @@ def flat_pointwise(geo: Conv2DGeometry) -> bool:
 def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int] | None:
     """(pixels, channels) of a tile along the flattened output pixels for a 1x1 conv whose
     row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C] x
-    [C, O] (`column_block`'s channels, as many pixels as the accumulators hold, the last tile
-    padded if that pads at most MAX_PADDED_FRACTION of the pixels, else a divisor); None where
-    `geo` cannot take it, its channel blocks leave a thread idle, its rows would come in chunks
-    per thread (`_row_chunks`: a small kernel), which flat tiles do not, or the row tile has
-    MIN_FMA_CHAINS accumulators and the conv widens its channels (a flat tile stores to a
-    buffer that a copy moves to the output: twice the output's stores, which a wider output
-    than input does not repay) or a flat tile of every accumulator would pad more.
+    [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `pick_block`'s
+    divisor or full tile); None where `geo` cannot take it, its channel blocks leave a thread
+    idle or its rows would come in chunks per thread (`_row_chunks`: a small kernel), which flat
+    tiles do not. A row tile of MIN_FMA_CHAINS accumulators or more (but fewer than
+    FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, the last tile
+    padded, where that pads at most MAX_PADDED_FRACTION of the pixels and the conv does not
+    widen its channels (a flat tile stores to a buffer that a copy moves to the output: twice
+    the output's stores, which a wider output than input does not repay).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone (row tile -> flat tile): ResNet-50's 7x7x512
     ->2048 638 -> 547 us, 7x7x2048->512 757 -> 611, 1x1/2 14x14x1024->2048 1324 -> 1224;
@@ -304,14 +306,17 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     for AVX2 runs 1.01x faster; MobileNetV2 1.01x slower with its small-kernel 1x1 convs flat
     too (their row chunks lost), 1.03x faster with only the others.
 
-    Row tiles of 8 accumulators (AVX2's 4 columns, or 2, of the 12): on Zen 5, AVX2 code, 2
-    threads, alone, a flat tile of 12 takes 28x28x512->256 908 -> 836 us, 14x14x1024->512
-    931 -> 840, 14x14x1024->256 469 -> 420, 8x8x2048->1024 1191 -> 1115, 10x10x1024->960
-    793 -> 764, but widening convs lose (28x28x96->2048 1406 -> 1564, 56x56x64->256 454 -> 489,
-    1x1/2 56x56x256->512 923 -> 952); ResNet-50 in the model 1.03x faster (`bench_ab.py --base`,
-    30 rounds), 1.12x slower with its row-chunked 1x1 convs flat too. AVX-512's row tiles have
-    14 or more at ResNet-50's widths (flat ones of 24 were slower: 14x14x1024->256 218 -> 235
-    us), 10 at 5x5, where a flat tile of 12 pixels pads 36 (5x5x512->512 39 -> 49 us)."""
+    Row tiles of 8-11 accumulators (AVX2's 4 or 5 columns of two vectors, 2 of four, 3 of
+    three): on Zen 5, AVX2 code, 2 threads, alone, a flat tile of 12 takes 28x28x512->256 908
+    -> 836 us, 14x14x1024->512 931 -> 840, 14x14x1024->256 469 -> 420, 8x8x2048->1024 1191 ->
+    1115, 10x10x1024->960 (5 of two) 793 -> 764, but widening convs lose (28x28x96->2048 1406 ->
+    1564, 56x56x64->256 454 -> 489, 1x1/2 56x56x256->512 923 -> 952); ResNet-50 in the model
+    1.03x faster (`bench_ab.py --base`, 30 rounds), 1.12x slower with its row-chunked 1x1 convs
+    flat too. AVX-512's row tiles have 14 or more at ResNet-50's and MobileNetV2's widths (flat
+    ones of 24 were slower: 14x14x1024->256 218 -> 235 us); its 4-wide rows of two vectors gain
+    (6x4x1024->1024 126 -> 111 us, 12x4x512->512 68 -> 60), 5-wide ones about break even
+    (16x5x512->256 52 -> 53), and at 5x5 a flat tile of 12 pixels pads 36 for 25 (5x5x512->512
+    stays: 39 against 49 us)."""
     if accumulators >= FLAT_BELOW_ACCUMULATORS or not flat_pointwise(geo):
         return None
     enough = accumulators >= MIN_FMA_CHAINS  # the row tile covers the FMA latency, if barely
@@ -321,9 +326,11 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     if geo.batch * ceil_div(geo.out_c, oc_block) < knobs.cores:
         return None
     pixels, rows = geo.out_h * geo.out_w, knobs.tile_rows(oc_block)
-    if round_up(pixels, rows) <= (1 + MAX_PADDED_FRACTION) * pixels:
-        return rows, oc_block  # every accumulator, the last tile padded
-    return None if enough else (pick_block(pixels, rows), oc_block)
+    if not enough:
+        return pick_block(pixels, rows), oc_block
+    if round_up(pixels, rows) > (1 + MAX_PADDED_FRACTION) * pixels:
+        return None
+    return rows, oc_block  # every accumulator, the last tile padded
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
@@ -343,9 +350,9 @@ MIN_NARROW_COLUMNS = 2
 MIN_FMA_CHAINS = 8
 MAX_PADDED_FRACTION = 0.1
 # Accumulators of a 1x1 conv's row tile below which its tiles may run along the flattened
-# pixels instead (_flat_pointwise_tile; 0: never): MIN_FMA_CHAINS and half as many again, for
-# the loads' and the loop's stalls (AVX2's 12).
-FLAT_BELOW_ACCUMULATORS = 12
+# pixels instead (_flat_pointwise_tile; 0: never): half as many again as the FMA latency needs,
+# for the loads' and the loop's stalls (12: every row tile that does not fill AVX2's 12).
+FLAT_BELOW_ACCUMULATORS = MIN_FMA_CHAINS * 3 // 2
 # Output columns of a depthwise conv's register tile, at most.
 DEPTHWISE_MAX_COLUMNS = 8
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).

@@ -223,28 +223,31 @@ def test_a_pointwise_row_tile_of_eight_accumulators_gives_way_to_a_flat_tile_of_
     """With 12 accumulators (AVX2, SSE), a 1x1 conv whose row tile keeps 8 (ResNet-50's
     14x14x1024->512 and ->256: 2 columns of 4 vectors; 28x28x512->256: 4 of 2) takes a flat tile
     of all 12 (6 pixels of two vectors, the last tile padded), unless it widens its channels
-    (14x14x256->1024), its rows come in chunks per thread (56x56x256->128: a small kernel) or
-    a flat tile of 12 would pad more than a tenth of its pixels (5x5: 30 for 25). AVX-512's
-    row tiles keep 14 or more of its 24 (at 5x5, 10: a flat tile of 12 pixels would pad 36)."""
-    knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
-    with tvm.target.Target(ISAS[isa]):
-        for width, in_c, out_c in (
-            (14, 1024, 512),
-            (14, 1024, 256),
-            (28, 512, 256),
-            (14, 256, 1024),
-            (56, 256, 128),
-            (5, 512, 512),
-        ):
-            cfg = topi_accel.conv2d_config(
-                topi_accel.conv2d_geometry((1, width, width, in_c), (out_c, 1, 1, in_c), 1, 0)
-            )
+    (14x14x256->1024), its rows come in chunks per thread (56x56x256->128: a small kernel, on 2
+    cores) or a flat tile of 12 would pad more than a tenth of its pixels (5x5: 30 for 25).
+    AVX-512's row tiles keep 14 or more of its 24 here (at 5x5, 10: a flat tile of 12 pixels
+    would pad 36)."""
+    target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
+    knobs = topi_accel.knobs.cpu_knobs(target)
+    twelve = knobs.accumulators == 12
+    shapes = {  # (width, in_c, out_c): flat with 12 accumulators
+        (14, 1024, 512): True,
+        (14, 1024, 256): True,
+        (28, 512, 256): True,
+        (14, 256, 1024): False,
+        (56, 256, 128): False,
+        (5, 512, 512): False,
+    }
+    with target:
+        for (width, in_c, out_c), flat in shapes.items():
+            geo = topi_accel.conv2d_geometry((1, width, width, in_c), (out_c, 1, 1, in_c), 1, 0)
+            cfg = topi_accel.conv2d_config(geo)
             accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
-            flat = knobs.accumulators == 12 and in_c > out_c and width in (14, 28)
-            assert (cfg.flat, accumulators) == (flat, 12 if flat else accumulators), (width, in_c, out_c, cfg)
-            assert cfg.flat or accumulators >= (14 if knobs.accumulators == 24 and width > 5 else 8), cfg
-            if flat:
-                assert cfg.ow_block == 6 and cfg.channels_outer, cfg
+            assert cfg.flat == (flat and twelve), (width, in_c, out_c, cfg)
+            if cfg.flat:
+                assert (cfg.ow_block, accumulators) == (6, 12) and cfg.channels_outer, cfg
+            else:
+                assert accumulators >= (14 if not twelve and width > 5 else 8), (width, in_c, out_c, cfg)
 
 
 def test_conv2d_schedule_is_vectorized_and_parallel():
