@@ -16,12 +16,11 @@ prefetches its share of the next block's kernel (`topi_accel.prefetch`); a small
 rows then come in one chunk per thread outside the channel blocks, so that a thread writes
 the rows the next kernel's thread reads (`Conv2DConfig.row_chunks`).
 
-A 1x1 conv whose output width leaves a row's tile too few accumulators (7 columns with AVX2's
-12, or 8 of them at 14 and 28) runs its tiles along the output pixels in row-major order
-instead (h and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`,
-`_flat_pointwise_tile` says when): a channel block's tiles
-write its slab of the flattened output, which the same parallel iteration then copies into
-the output, epilogue included.
+A 1x1 conv whose output width leaves a row's tile too few accumulators (of AVX2's 12: 7 at 7
+columns, 8 at 14 and 28) runs its tiles along the output pixels in row-major order instead (h
+and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`, `_flat_pointwise_tile`
+says when): a channel block's tiles write its slab of the flattened output, which the same
+parallel iteration then copies into the output, epilogue included.
 """
 
 from __future__ import annotations
@@ -249,11 +248,14 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
             return narrow
     cap = knobs.tile_rows(oc_block)
     padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: round_up(width, c))
-    if columns < MIN_DIVISOR_COLUMNS or (
-        columns * vectors < MIN_FMA_CHAINS and round_up(width, padded) <= (1 + MAX_PADDED_FRACTION) * width
-    ):
+    if columns < MIN_DIVISOR_COLUMNS or (columns * vectors < MIN_FMA_CHAINS and _pads_little(width, padded)):
         return padded, oc_block
     return columns, knobs.lanes * vectors
+
+
+def _pads_little(n: int, block: int) -> bool:
+    """Whether blocks of `block` cover `n` computing at most MAX_PADDED_FRACTION more."""
+    return round_up(n, block) <= (1 + MAX_PADDED_FRACTION) * n
 
 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:
@@ -328,7 +330,7 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     pixels, rows = geo.out_h * geo.out_w, knobs.tile_rows(oc_block)
     if not enough:
         return pick_block(pixels, rows), oc_block
-    if round_up(pixels, rows) > (1 + MAX_PADDED_FRACTION) * pixels:
+    if not _pads_little(pixels, rows):
         return None
     return rows, oc_block  # every accumulator, the last tile padded
 
