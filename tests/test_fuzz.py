@@ -144,18 +144,20 @@ def test_fuzz_winograd(case):
     stride=st.integers(1, 3),
     vectors=st.integers(1, 3),
     pixels=st.integers(1, 8),
+    chunks=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
-def test_fuzz_flat_pixel_tiles(n, h, w, c, o, stride, vectors, pixels, seed):
+def test_fuzz_flat_pixel_tiles(n, h, w, c, o, stride, vectors, pixels, chunks, seed):
     """1x1 convs with their tiles along the flattened pixels (`Conv2DConfig.flat`), any tile
-    against any shape: tail tiles, channel tails, strides, several images."""
+    against any shape: tail tiles, channel tails, strides, several images, chunks of rows
+    (one where they do not divide the rows)."""
     assume((h - 1) // stride >= 1)  # more than one output row
     rng = np.random.default_rng(seed)
     x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((o, 1, 1, c)).astype("float32")
     with tvm.target.Target("accel") as target:
         geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride)
         lanes = topi_accel.cpu_knobs(target).lanes
-        cfg = topi_accel.Conv2DConfig(vectors * lanes, pixels, lanes, flat=True)
+        cfg = topi_accel.Conv2DConfig(vectors * lanes, pixels, lanes, flat=True, row_chunks=chunks)
     packed = pack(wt, topi_accel.kernel_pack_map(cfg))
     out = run_primfunc(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg), [x, packed], (n, geo.out_h, geo.out_w, o))
     assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))

@@ -17,9 +17,10 @@ rows then come in one chunk per thread outside the channel blocks, so that a thr
 the rows the next kernel's thread reads (`Conv2DConfig.row_chunks`).
 
 A 1x1 conv whose output width leaves a row's tile too few accumulators (of AVX2's 12: 7 at 7
-columns, 8 at 14 and 28) runs its tiles along the output pixels in row-major order instead (h
-and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`, `_flat_pointwise_tile`
-says when): a channel block's tiles write its slab of the flattened output, which the same
+columns, 8 at 14, 28 and 56) runs its tiles along the output pixels in row-major order instead
+(h and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`, `_flat_pointwise_tile`
+says when), channel blocks outermost, the pixels of each chunk of rows flattened on their own:
+a channel block's tiles write its slab of the chunk's flattened output, which the same
 parallel iteration then copies into the output, epilogue included.
 """
 
@@ -79,7 +80,7 @@ class Conv2DConfig:
     runs (1: the channel blocks split across the threads; one per thread: the rows do, so
     that each thread writes the rows the next kernel's thread reads, `_row_chunks`), and
     whether a 1x1 conv's tiles run along the flattened output pixels (``ow_block`` pixels
-    then, across rows; `_flat_pointwise_tile`)."""
+    then, across the rows of a chunk; `_flat_pointwise_tile`)."""
 
     oc_block: int
     ow_block: int
@@ -204,8 +205,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
             ow_block, oc_block = _narrow_pointwise_tile(geo.out_w, geo.out_c, knobs) or (ow_block, oc_block)
         flat = _flat_pointwise_tile(geo, dtype, ow_block * oc_block // knobs.lanes, knobs)
         if flat is not None:
-            pixels, oc_block = flat
-            return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True)
+            pixels, oc_block, chunks = flat
+            return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True, row_chunks=chunks)
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
@@ -289,17 +290,18 @@ def flat_pointwise(geo: Conv2DGeometry) -> bool:
     return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and geo.groups == 1 and geo.out_h > 1
 
 
-def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int] | None:
-    """(pixels, channels) of a tile along the flattened output pixels for a 1x1 conv whose
-    row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C] x
-    [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `pick_block`'s
-    divisor or full tile); None where `geo` cannot take it, its channel blocks leave a thread
-    idle or its rows would come in chunks per thread (`_row_chunks`: a small kernel), which flat
-    tiles do not. A row tile of MIN_FMA_CHAINS accumulators or more (but fewer than
-    FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, the last tile
-    padded, where that pads at most MAX_PADDED_FRACTION of the pixels and the conv does not
-    widen its channels (a flat tile stores to a buffer that a copy moves to the output: twice
-    the output's stores, which a wider output than input does not repay).
+def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int, int] | None:
+    """(pixels, channels, row chunks) of a tile along the flattened output pixels for a 1x1
+    conv whose row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for
+    [pixels, C] x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold:
+    `pick_block`'s divisor of a chunk's pixels or a full tile), in the chunks of rows that
+    `_row_chunks` gives a channel-block-outer loop (a small kernel: one per thread, each
+    flattened on its own); None where `geo` cannot take it or its channel blocks leave a
+    thread idle. A row tile of MIN_FMA_CHAINS accumulators or more (but fewer than
+    FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, a chunk's
+    last tile padded, where that pads at most MAX_PADDED_FRACTION of its pixels and the conv
+    does not widen its channels (a flat tile stores to a buffer that a copy moves to the
+    output: twice the output's stores, which a wider output than input does not repay).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone (row tile -> flat tile): ResNet-50's 7x7x512
     ->2048 638 -> 547 us, 7x7x2048->512 757 -> 611, 1x1/2 14x14x1024->2048 1324 -> 1224;
@@ -313,8 +315,12 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     -> 836 us, 14x14x1024->512 931 -> 840, 14x14x1024->256 469 -> 420, 8x8x2048->1024 1191 ->
     1115, 10x10x1024->960 (5 of two) 793 -> 764, but widening convs lose (28x28x96->2048 1406 ->
     1564, 56x56x64->256 454 -> 489, 1x1/2 56x56x256->512 923 -> 952); ResNet-50 in the model
-    1.03x faster (`bench_ab.py --base`, 30 rounds), 1.12x slower with its row-chunked 1x1 convs
-    flat too. AVX-512's row tiles have 14 or more at ResNet-50's and MobileNetV2's widths (flat
+    1.03x faster (`bench_ab.py --base`, 30 rounds), but 1.12x slower with its row-chunked 1x1
+    convs flat in one chunk. Flat in their chunks (one per thread, channels outer where the row
+    tile ran channels inner), alone: 56x56x256->128 951 -> 845 us, 56x56x256->64 478 -> 442,
+    28x28x512->128 481 -> 432, MobileNetV2's 14x14x576->96 104 -> 97 but 14x14x384->64 52 -> 55,
+    28x28x192->32 50 -> 52; in the model ResNet-50 0.991 and MobileNetV2 0.979 of the time
+    (`bench_ab.py`, 30 rounds). AVX-512's row tiles have 14 or more at ResNet-50's and MobileNetV2's widths (flat
     ones of 24 were slower: 14x14x1024->256 218 -> 235 us); its 4-wide rows of two vectors gain
     (6x4x1024->1024 126 -> 111 us, 12x4x512->512 68 -> 60), 5-wide ones about break even
     (16x5x512->256 52 -> 53), and at 5x5 a flat tile of 12 pixels pads 36 for 25 (5x5x512->512
@@ -322,17 +328,21 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     if accumulators >= FLAT_BELOW_ACCUMULATORS or not flat_pointwise(geo):
         return None
     enough = accumulators >= MIN_FMA_CHAINS  # the row tile covers the FMA latency, if barely
-    if (enough and geo.out_c > geo.in_c) or _row_chunks(geo, dtype, True, knobs) > 1:
+    image_bytes = tvm.DataType(dtype).itemsize * geo.in_h * geo.in_w * geo.in_c
+    if enough and geo.out_c > geo.in_c:
+        return None
+    if image_bytes > FLAT_MAX_IMAGE_BYTES and not _channels_outer(geo, dtype):  # keep channels inner
         return None
     oc_block = knobs.column_block(geo.out_c)
     if geo.batch * ceil_div(geo.out_c, oc_block) < knobs.cores:
         return None
-    pixels, rows = geo.out_h * geo.out_w, knobs.tile_rows(oc_block)
+    chunks = _flat_chunks(geo, _row_chunks(geo, dtype, True, knobs))
+    pixels, rows = geo.out_h * geo.out_w // chunks, knobs.tile_rows(oc_block)
     if not enough:
-        return pick_block(pixels, rows), oc_block
+        return pick_block(pixels, rows), oc_block, chunks
     if not _pads_little(pixels, rows):
         return None
-    return rows, oc_block  # every accumulator, the last tile padded
+    return rows, oc_block, chunks  # every accumulator, a chunk's last tile padded
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
@@ -355,6 +365,12 @@ MAX_PADDED_FRACTION = 0.1
 # pixels instead (_flat_pointwise_tile; 0: never): half as many again as the FMA latency needs,
 # for the loads' and the loop's stalls (12: every row tile that does not fill AVX2's 12).
 FLAT_BELOW_ACCUMULATORS = MIN_FMA_CHAINS * 3 // 2
+# Input bytes of one image up to which a 1x1 conv whose row tile runs channels inner may take
+# flat tiles, whose channel blocks run outermost: the threads then read the image once per
+# block, from the cache while it holds it (half of a 32 MB L3). AVX2 code, 2 threads, Zen 5,
+# alone (row tile -> flat tile): 64x64x960->32 (15 MB) 1150 -> 1020 us, 112x112x256->64 1870
+# -> 1790; 112x112x512->128 (26 MB) 8050 -> 12800 (channels outer with the row tile: 11000).
+FLAT_MAX_IMAGE_BYTES = 16 << 20
 # Output columns of a depthwise conv's register tile, at most.
 DEPTHWISE_MAX_COLUMNS = 8
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).
@@ -487,9 +503,9 @@ def conv2d_nhwc_ohwi(
 
 def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
     """`conv2d_nhwc_ohwi` of a 1x1 conv (no padding, groups 1) with `cfg.flat`: the
-    accumulator [batch, 1, pixels rounded up to ow_block, padded channels] runs along the
-    output pixels in row-major order (a tail tile re-reads the last pixel, as dense_kn's rows
-    do), and the output is a copy of it."""
+    accumulator [batch, row chunks, a chunk's pixels rounded up to ow_block, padded channels]
+    runs along each chunk's output pixels in row-major order (a tail tile re-reads the chunk's
+    last pixel, as dense_kn's rows do), and the output is a copy of it."""
     if not flat_pointwise(geo):
         raise ValueError(
             f"conv2d_nhwc_ohwi: flat tiles take a 1x1 conv of several output rows without padding or groups, "
@@ -498,29 +514,38 @@ def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     if cfg.columns_parallel:  # a parallel iteration must hold whole channel blocks of every pixel
         raise ValueError("conv2d_nhwc_ohwi: flat tiles do not take columns_parallel=True")
     ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
-    last = geo.out_h * width - 1
+    chunks = _flat_chunks(geo, cfg.row_chunks if cfg.parallel else 1)
+    rows = geo.out_h // chunks
+    span = rows * width  # a chunk's pixels
     # the 1x1 kernel's unit axes kept, so that the schedule finds the loops it finds in any conv
     rkh = te.reduce_axis((0, 1), name="rkh")
     rkw = te.reduce_axis((0, 1), name="rkw")
     rc = te.reduce_axis((0, geo.in_c), name="rc")
 
-    def read(n, p):
-        q = tirx.min(p, last)
+    def read(n, z, p):
+        q = z * span + tirx.min(p, span - 1)
         return data[n, q // width * sh, q % width * sw, rc]
 
     batch, o_pad = data.shape[0], packed_out_channels(geo, cfg)
     acc = te.compute(
-        (batch, 1, round_up(last + 1, cfg.ow_block), o_pad),
-        lambda n, z, p, o: te.sum(read(n, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
+        (batch, chunks, round_up(span, cfg.ow_block), o_pad),
+        lambda n, z, p, o: te.sum(read(n, z, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
         name="conv2d_nhwc_ohwi_acc",
     )
-    # the pixels without the tail tile's padding: a region whose rows and columns TVM infers
-    slab = te.compute((batch, 1, last + 1, o_pad), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi_slab")
+    # the pixels without the tail tiles' padding: a region whose rows and columns TVM infers
+    slab = te.compute((batch, chunks, span, o_pad), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi_slab")
     return te.compute(
         (batch, geo.out_h, width, geo.out_c),
-        lambda n, h, w, o: slab[n, 0, h * width + w, o],
+        lambda n, h, w, o: slab[n, h // rows, h % rows * width + w, o],
         name="conv2d_nhwc_ohwi",
     )
+
+
+def _flat_chunks(geo: Conv2DGeometry, chunks: int) -> int:
+    """The chunks of rows a flat conv's accumulator is in, for `chunks` asked: those where they
+    divide the rows (as `channels_outer_loop` takes them) into chunks of several rows (as
+    `flat_pointwise` asks of the whole output), else 1."""
+    return chunks if geo.out_h % chunks == 0 and geo.out_h // chunks > 1 else 1
 
 
 def _grid_extent(geo: Conv2DGeometry, ow_block: int) -> tuple[int, int]:
@@ -565,15 +590,15 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if cfg.channels_outer:
         sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
+        rows = int(sch.get(h).extent)  # the output rows; a flat conv's chunks of them
         outer, chunks = channels_outer_loop(sch, cfg, oo, n, h, columns)
         tile = outer if columns else wo
         if geo.groups == 1:
             panel = geo.kh * geo.kw * geo.in_c * cfg.oc_block  # one channel block's kernel
-            rows, width = (1, geo.out_h * geo.out_w) if cfg.flat else (geo.out_h, geo.out_w)
             if chunks > 1:  # (batch, chunk) outside the panels
                 per_panel = rows // chunks
             else:
-                per_panel = batch * rows * (round_up(width, cfg.ow_block) // cfg.ow_block if columns else 1)
+                per_panel = batch * rows * (round_up(geo.out_w, cfg.ow_block) // cfg.ow_block if columns else 1)
             prefetch_next_panel(sch, rc, 1, panel, per_panel, batch * geo.out_h * geo.out_w)
     else:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
@@ -661,9 +686,10 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
                 if cfg not in out:
                     out.append(cfg)
         if geo.groups == 1 and flat_pointwise(geo):
-            pixels = geo.out_h * geo.out_w
+            chunks = _flat_chunks(geo, _row_chunks(geo, "float32", True, knobs))
+            pixels = geo.out_h * geo.out_w // chunks
             for ow_block in dict.fromkeys(pick_block(pixels, c) for c in range(max(cap // 2, 1), cap + 1)):
-                flat = Conv2DConfig(oc_block, ow_block, knobs.lanes, knobs.parallel, flat=True)
+                flat = Conv2DConfig(oc_block, ow_block, knobs.lanes, knobs.parallel, flat=True, row_chunks=chunks)
                 if flat not in out:
                     out.append(flat)
     return out

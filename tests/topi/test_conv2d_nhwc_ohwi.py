@@ -97,15 +97,21 @@ def test_conv2d_every_schedule_path(shape, oc_block, channels_outer):
 
 
 # tiles along the flattened output pixels (1x1 convs): tiles that divide the pixels and a tail
-# tile (49 in 6s, 63 in 4s), several images, a stride, channel tails (40 in 16s, 20 in 24s)
+# tile (49 in 6s, 63 in 4s), several images, a stride, channel tails (40 in 16s, 20 in 24s); in
+# one chunk of rows, or in 2 or 3, each with its tail tile (3 x 21 pixels in 4s), where they
+# divide the rows (9 in 3, 8 in 2; else one chunk)
+@pytest.mark.parametrize("row_chunks", [1, 2, 3])
 @pytest.mark.parametrize("ow_block, oc_block", [(6, 16), (4, 24), (7, 8)])
 @pytest.mark.parametrize(
     "shape",
-    [(1, 7, 7, 64, 128, 1, 1, 0, 1, 1), (2, 14, 14, 24, 40, 1, 2, 0, 1, 1), (3, 9, 7, 16, 20, 1, 1, 0, 1, 1)],
+    [(1, 7, 7, 64, 128, 1, 1, 0, 1, 1), (2, 14, 14, 24, 40, 1, 2, 0, 1, 1), (3, 9, 7, 16, 20, 1, 1, 0, 1, 1)]
+    + [(2, 8, 10, 16, 40, 1, 1, 0, 1, 1)],
     ids=str,
 )
-def test_conv2d_flat_pixel_tiles(shape, ow_block, oc_block):
-    out, ref, cfg = _run(shape, "accel", ow_block=ow_block, oc_block=oc_block, flat=True, channels_outer=True)
+def test_conv2d_flat_pixel_tiles(shape, ow_block, oc_block, row_chunks):
+    config = dict(ow_block=ow_block, oc_block=oc_block, row_chunks=row_chunks)
+    out, ref, cfg = _run(shape, "accel", **config, flat=True, channels_outer=True, columns_parallel=False)
+    assert cfg.parallel
     assert_close(out, ref)
 
 
@@ -221,31 +227,33 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
 @pytest.mark.parametrize("isa", ISAS)
 def test_a_pointwise_row_tile_of_eight_accumulators_gives_way_to_a_flat_tile_of_all(isa):
     """With 12 accumulators (AVX2, SSE), a 1x1 conv whose row tile keeps 8 (ResNet-50's
-    14x14x1024->512 and ->256: 2 columns of 4 vectors; 28x28x512->256: 4 of 2) takes a flat tile
-    of all 12 (6 pixels of two vectors, the last tile padded), unless it widens its channels
-    (14x14x256->1024), its rows come in chunks per thread (56x56x256->128: a small kernel, on 2
-    cores) or a flat tile of 12 would pad more than a tenth of its pixels (5x5: 30 for 25).
-    AVX-512's row tiles keep 14 or more of its 24 here (at 5x5, 10: a flat tile of 12 pixels
-    would pad 36)."""
+    14x14x1024->512 and ->256: 2 columns of 4 vectors; 28x28x512->256 and 56x56x256->128: 4 of
+    2) takes a flat tile of all 12 (6 pixels of two vectors, the last tile padded), in a chunk
+    of rows per thread where its kernel is small (56x56x256->128, on 2 cores), unless it widens
+    its channels (14x14x256->1024), a flat tile of 12 would pad more than a tenth of its pixels
+    (5x5: 30 for 25), or its channel blocks would leave the cache a 26 MB image, which its row
+    tile reads once, channels inner (112x112x512->128). AVX-512's row tiles keep 14 or more of
+    its 24 here (at 5x5, 10: a flat tile of 12 pixels would pad 36)."""
     target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
     knobs = topi_accel.knobs.cpu_knobs(target)
     twelve = knobs.accumulators == 12
-    shapes = {  # (width, in_c, out_c): flat with 12 accumulators
-        (14, 1024, 512): True,
-        (14, 1024, 256): True,
-        (28, 512, 256): True,
-        (14, 256, 1024): False,
-        (56, 256, 128): False,
-        (5, 512, 512): False,
+    shapes = {  # (width, in_c, out_c): flat with 12 accumulators, in how many chunks
+        (14, 1024, 512): 1,
+        (14, 1024, 256): 1,
+        (28, 512, 256): 1,
+        (56, 256, 128): 2,
+        (14, 256, 1024): 0,
+        (5, 512, 512): 0,
+        (112, 512, 128): 0,
     }
     with target:
-        for (width, in_c, out_c), flat in shapes.items():
+        for (width, in_c, out_c), chunks in shapes.items():
             geo = topi_accel.conv2d_geometry((1, width, width, in_c), (out_c, 1, 1, in_c), 1, 0)
             cfg = topi_accel.conv2d_config(geo)
             accumulators = cfg.ow_block * cfg.oc_block // knobs.lanes
-            assert cfg.flat == (flat and twelve), (width, in_c, out_c, cfg)
+            assert cfg.flat == (chunks > 0 and twelve), (width, in_c, out_c, cfg)
             if cfg.flat:
-                assert (cfg.ow_block, accumulators) == (6, 12) and cfg.channels_outer, cfg
+                assert (cfg.ow_block, accumulators, cfg.row_chunks) == (6, 12, chunks) and cfg.channels_outer, cfg
             else:
                 assert accumulators >= (14 if not twelve and width > 5 else 8), (width, in_c, out_c, cfg)
 
@@ -283,44 +291,47 @@ def test_conv2d_channel_tail(target, out_c):
 
 
 class _LastStage(torch.nn.Module):
-    """ResNet-50's last stage in small: 1x1 convs at 7x7 whose kernels (320-512 KB) are too
-    large for row chunks, a strided 1x1 shortcut, biases, ReLUs and a residual add."""
+    """ResNet-50's last stage in small: a 1x1 conv at 14x14 with a small kernel (64 KB: its
+    rows in a chunk per thread), 1x1 convs at 7x7 whose kernels (320-512 KB) are too large for
+    row chunks, a strided 1x1 shortcut, biases, ReLUs and a residual add."""
 
     def __init__(self):
         super().__init__()
-        self.shortcut = torch.nn.Conv2d(256, 512, 1, stride=2)
+        self.squeeze = torch.nn.Conv2d(256, 64, 1)
+        self.shortcut = torch.nn.Conv2d(64, 512, 1, stride=2)
         self.reduce = torch.nn.Conv2d(512, 160, 1)
         self.expand = torch.nn.Conv2d(160, 512, 1)
 
     def forward(self, x):
-        s = self.shortcut(x)
+        s = self.shortcut(torch.relu(self.squeeze(x)))
         return torch.relu(self.expand(torch.relu(self.reduce(s))) + s)
 
 
-def _slab_pixels(func) -> int | None:
-    """The pixels of the slab a flat conv's tiles write (the copy of their accumulators
-    `cache_write` made), None in a function without one."""
+def _slab_pixels(func) -> tuple[int, int] | None:
+    """(chunks, pixels of a chunk) of the slab a flat conv's tiles write (the copy of their
+    accumulators `cache_write` made), None in a function without one."""
     sch = tvm.s_tir.Schedule(func)
     try:
         copy = sch.get(sch.get_sblock("conv2d_nhwc_ohwi_acc_local"))
     except tvm.s_tir.schedule.schedule.ScheduleError:
         return None
-    return int(copy.writes[0].source.shape[2])
+    return tuple(int(v) for v in copy.writes[0].source.shape[1:3])
 
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_flat_pixel_tiles_in_a_model(isa):
-    """With 12 accumulators (AVX2, SSE), the three 7-wide 1x1 convs take flat tiles, their
-    epilogues (bias, ReLU, the residual add) copied out of the slabs; with 24 (AVX-512), 7
-    columns of two vectors are enough. Run against PyTorch where the host runs the code."""
+    """With 12 accumulators (AVX2, SSE), the 1x1 convs take flat tiles, their epilogues (bias,
+    ReLU, the residual add) copied out of the slabs: the three 7-wide ones in one chunk, the
+    14-wide one (2 columns of 4 vectors: 8) in a chunk of 7 rows per thread; with 24 (AVX-512),
+    7 columns of two vectors are enough. Run against PyTorch where the host runs the code."""
     torch.manual_seed(0)
     model, x = _LastStage().eval(), torch.randn(1, 256, 14, 14)
-    target = tvm.target.Target(ISAS[isa])
+    target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
     mod = accel_target.optimize(accel_target.from_torch(model, x), target=target)
     slabs = [_slab_pixels(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     twelve = topi_accel.knobs.cpu_knobs(target).accumulators == 12
-    # 49 pixels in tiles of 6 (two vectors: 160 and 512 channels are not 24s) -> 54
-    assert sorted(filter(None, slabs)) == ([54, 54, 54] if twelve else []), slabs
+    # 49 pixels in tiles of 6 (two vectors: 160 and 512 channels are not 24s) -> 54; 98 -> 102
+    assert sorted(filter(None, slabs)) == ([(1, 54), (1, 54), (1, 54), (2, 102)] if twelve else []), slabs
     if runs_here(target):
         with torch.no_grad():
             ref = model(x).numpy()
