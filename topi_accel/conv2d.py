@@ -35,7 +35,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import ceil_div, cpu_knobs, largest_divisor, pick_block, round_up
+from .knobs import ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -249,14 +249,9 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
             return narrow
     cap = knobs.tile_rows(oc_block)
     padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: round_up(width, c))
-    if columns < MIN_DIVISOR_COLUMNS or (columns * vectors < MIN_FMA_CHAINS and _pads_little(width, padded)):
+    if columns < MIN_DIVISOR_COLUMNS or (columns * vectors < MIN_FMA_CHAINS and pads_little(width, padded)):
         return padded, oc_block
     return columns, knobs.lanes * vectors
-
-
-def _pads_little(n: int, block: int) -> bool:
-    """Whether blocks of `block` cover `n` computing at most MAX_PADDED_FRACTION more."""
-    return round_up(n, block) <= (1 + MAX_PADDED_FRACTION) * n
 
 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:
@@ -340,7 +335,7 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     pixels, rows = geo.out_h * geo.out_w // chunks, knobs.tile_rows(oc_block)
     if not enough:
         return pick_block(pixels, rows), oc_block, chunks
-    if not _pads_little(pixels, rows):
+    if not pads_little(pixels, rows):
         return None
     return rows, oc_block, chunks  # every accumulator, a chunk's last tile padded
 
@@ -356,11 +351,9 @@ CHANNELS_INNER_MAX_KERNEL_BYTES = 640 * 1024
 MIN_DIVISOR_COLUMNS = 4
 # Narrowest divisor of the output width that a 1x1 conv's tile of more vectors takes (_narrow_pointwise_tile).
 MIN_NARROW_COLUMNS = 2
-# Accumulators a register tile needs to cover the FMA latency (two FMA pipes, 4 cycles), and the
-# padded columns, as a fraction of the output width, that a full tile may compute instead of a
-# tile that divides the width with fewer (_uneven_width_tile).
+# Accumulators a register tile needs to cover the FMA latency (two FMA pipes, 4 cycles); the
+# padding a full tile may add instead is `knobs.MAX_PADDED_FRACTION` of the axis.
 MIN_FMA_CHAINS = 8
-MAX_PADDED_FRACTION = 0.1
 # Accumulators of a 1x1 conv's row tile below which its tiles may run along the flattened
 # pixels instead (_flat_pointwise_tile; 0: never): half as many again as the FMA latency needs,
 # for the loads' and the loop's stalls (12: every row tile that does not fill AVX2's 12).

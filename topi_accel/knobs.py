@@ -94,6 +94,16 @@ def pick_block(n: int, cap: int) -> int:
     return div if 2 * div >= cap else cap
 
 
+# Padding, as a fraction of an axis, that a full register tile may compute instead of a divisor
+# tile with fewer accumulators (`pads_little`).
+MAX_PADDED_FRACTION = 0.1
+
+
+def pads_little(n: int, block: int) -> bool:
+    """Whether blocks of `block` cover `n` computing at most MAX_PADDED_FRACTION more."""
+    return round_up(n, block) <= (1 + MAX_PADDED_FRACTION) * n
+
+
 def ceil_div(n: int, d: int) -> int:
     """Blocks of `d` that cover `n`."""
     return -(-n // d)

@@ -19,6 +19,7 @@ SHAPES = [
     (1, 2048, 1000),
     # tails: K = 33, N = 1000, prime M, tiny everything
     (256, 33, 1000),
+    (100, 16, 1000),
     (97, 64, 48),
     (7, 33, 17),
     (1, 1, 1),
@@ -59,6 +60,28 @@ def test_a_single_row_takes_four_to_eight_vectors(isa, lanes, columns_of_1000):
         assert topi_accel.dense_config(1, 3072).n_block == 8 * lanes
         assert topi_accel.dense_config(1, 1000).n_block == columns_of_1000
         assert topi_accel.dense_config(1, 10).n_block == topi_accel.dense_config(128, 10).n_block
+
+
+# per ISA, (M, last row axis or None): the row tile dense_config picks for N = 1000 (two vectors)
+ROW_TILES = {
+    # 6 rows fill AVX2's and SSE's 12 accumulators: 256 and 100 rows padded to 258 and 102
+    # rather than a divisor (4, 5); 20 would pad to 24 (a fifth); [2, 128] keeps its rows (6
+    # does not divide 128)
+    "avx2": {(256, None): 6, (100, None): 6, (20, None): 5, (256, 128): 4, (12, None): 6},
+    "sse": {(256, None): 6, (100, None): 6, (20, None): 5, (256, 128): 4, (12, None): 6},
+    # AVX-512: 8 rows at most (a third of the registers), 100 padded to 104 rather than 5
+    "avx512": {(256, None): 8, (100, None): 8, (20, None): 5, (256, 128): 8, (12, None): 6},
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_row_tile_pads_a_few_rows_for_more_accumulators(isa):
+    """A product's row tile: the full tile of the register budget where it pads at most a tenth
+    of the rows and divides the last of several row axes, else `pick_block`'s divisor."""
+    with tvm.target.Target(ISAS[isa]):
+        for (m, last), m_block in ROW_TILES[isa].items():
+            cfg = topi_accel.dense_config(m, 1000, last_rows=last)
+            assert cfg.n_block == 2 * cfg.lanes and cfg.m_block == m_block, (m, last, cfg)
 
 
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
