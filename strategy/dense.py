@@ -62,8 +62,8 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     m = math.prod(data_shape[:-1])
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
-    last = data_shape[-2] if len(data_shape) > 2 and isinstance(data_shape[-2], int) else None
-    cfg = topi_accel.dense_config(m, n, last_rows=last)
+    static = len(data_shape) > 2 and all(isinstance(d, int) for d in data_shape[1:-1])  # keeps_rows' rows
+    cfg = topi_accel.dense_config(m, n, last_rows=data_shape[-2] if static else None)
     dims = KernelDims()
 
     def dense_kn(x: relax.Expr, rows: tuple) -> relax.Expr:

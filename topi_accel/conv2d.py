@@ -232,7 +232,7 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
     accumulators allow, with the vectors they leave; but where that tile has fewer than
     MIN_FMA_CHAINS accumulators, for a 1x1 kernel a narrower divisor with more vectors
     (`_narrow_pointwise_tile`), else the full tile's width that pads the fewest columns, if
-    they are at most MAX_PADDED_FRACTION of the row.
+    they are at most `knobs.MAX_PADDED_FRACTION` of the row.
 
     Measured, 2 threads, Zen 4: AVX-512 keeps the divisor tile (13x13x384->384 1x1: 13 columns
     of one vector 240 us, 7 of three 356; 17x17x768->192 393 / 469). With AVX2 the 14-wide rows
@@ -286,40 +286,42 @@ def flat_pointwise(geo: Conv2DGeometry) -> bool:
 
 
 def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int, int] | None:
-    """(pixels, channels, row chunks) of a tile along the flattened output pixels for a 1x1
-    conv whose row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for
-    [pixels, C] x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold:
-    `pick_block`'s divisor of a chunk's pixels or a full tile), in the chunks of rows that
-    `_row_chunks` gives a channel-block-outer loop (a small kernel: one per thread, each
-    flattened on its own); None where `geo` cannot take it or its channel blocks leave a
-    thread idle. A row tile of MIN_FMA_CHAINS accumulators or more (but fewer than
-    FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, a chunk's
-    last tile padded, where that pads at most MAX_PADDED_FRACTION of its pixels and the conv
-    does not widen its channels (a flat tile stores to a buffer that a copy moves to the
+    """(pixels, channels, row chunks) of a tile along the flattened output pixels for a 1x1 conv
+    whose row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C]
+    x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `pick_block`'s
+    divisor of a chunk's pixels or a full tile), in the chunks of rows that `_row_chunks` gives
+    a channel-block-outer loop (a small kernel: one per thread, each flattened on its own); None
+    where `geo` cannot take it, its channel blocks leave a thread idle, its rows would lose the
+    chunks the row tile has (chunks of one row), or, where its row tile runs channels inner, one
+    image's input exceeds FLAT_MAX_IMAGE_BYTES (the flat tile's channel blocks run outermost,
+    each re-reading the image). A row tile of MIN_FMA_CHAINS accumulators or more (but fewer
+    than FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, a chunk's
+    last tile padded, where that pads at most `knobs.MAX_PADDED_FRACTION` of its pixels and the
+    conv does not widen its channels (a flat tile stores to a buffer that a copy moves to the
     output: twice the output's stores, which a wider output than input does not repay).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone (row tile -> flat tile): ResNet-50's 7x7x512
     ->2048 638 -> 547 us, 7x7x2048->512 757 -> 611, 1x1/2 14x14x1024->2048 1324 -> 1224;
-    MobileNetV2's 7x7x960->160 121 -> 110, 7x7x320->1280 307 -> 267, 14x14x96->576 (2 columns
-    of three vectors) 135 -> 110. In the model (`bench_ab.py`, 20-30 rounds), ResNet-50 built
-    for AVX2 runs 1.01x faster; MobileNetV2 1.01x slower with its small-kernel 1x1 convs flat
-    too (their row chunks lost), 1.03x faster with only the others.
+    MobileNetV2's 7x7x960->160 121 -> 110, 7x7x320->1280 307 -> 267, 14x14x96->576 (2 columns of
+    three vectors) 135 -> 110. In the model (`bench_ab.py`, 20-30 rounds), ResNet-50 built for
+    AVX2 runs 1.01x faster; MobileNetV2 1.01x slower with its small-kernel 1x1 convs flat too
+    (their row chunks lost), 1.03x faster with only the others.
 
     Row tiles of 8-11 accumulators (AVX2's 4 or 5 columns of two vectors, 2 of four, 3 of
-    three): on Zen 5, AVX2 code, 2 threads, alone, a flat tile of 12 takes 28x28x512->256 908
-    -> 836 us, 14x14x1024->512 931 -> 840, 14x14x1024->256 469 -> 420, 8x8x2048->1024 1191 ->
-    1115, 10x10x1024->960 (5 of two) 793 -> 764, but widening convs lose (28x28x96->2048 1406 ->
-    1564, 56x56x64->256 454 -> 489, 1x1/2 56x56x256->512 923 -> 952); ResNet-50 in the model
-    1.03x faster (`bench_ab.py --base`, 30 rounds), but 1.12x slower with its row-chunked 1x1
-    convs flat in one chunk. Flat in their chunks (one per thread, channels outer where the row
-    tile ran channels inner), alone: 56x56x256->128 951 -> 845 us, 56x56x256->64 478 -> 442,
+    three): on Zen 5, AVX2 code, 2 threads, alone, a flat tile of 12 takes 28x28x512->256 908 ->
+    836 us, 14x14x1024->512 931 -> 840, 14x14x1024->256 469 -> 420, 8x8x2048->1024 1191 -> 1115,
+    10x10x1024->960 (5 of two) 793 -> 764, but widening convs lose (28x28x96->2048 1406 -> 1564,
+    56x56x64->256 454 -> 489, 1x1/2 56x56x256->512 923 -> 952); ResNet-50 in the model 1.03x
+    faster (`bench_ab.py --base`, 30 rounds), but 1.12x slower with its row-chunked 1x1 convs
+    flat in one chunk. Flat in their chunks (one per thread, channels outer where the row tile
+    ran channels inner), alone: 56x56x256->128 951 -> 845 us, 56x56x256->64 478 -> 442,
     28x28x512->128 481 -> 432, MobileNetV2's 14x14x576->96 104 -> 97 but 14x14x384->64 52 -> 55,
     28x28x192->32 50 -> 52; in the model ResNet-50 0.991 and MobileNetV2 0.979 of the time
-    (`bench_ab.py`, 30 rounds). AVX-512's row tiles have 14 or more at ResNet-50's and MobileNetV2's widths (flat
-    ones of 24 were slower: 14x14x1024->256 218 -> 235 us); its 4-wide rows of two vectors gain
-    (6x4x1024->1024 126 -> 111 us, 12x4x512->512 68 -> 60), 5-wide ones about break even
-    (16x5x512->256 52 -> 53), and at 5x5 a flat tile of 12 pixels pads 36 for 25 (5x5x512->512
-    stays: 39 against 49 us)."""
+    (`bench_ab.py`, 30 rounds). AVX-512's row tiles have 14 or more at ResNet-50's and
+    MobileNetV2's widths (flat ones of 24 were slower: 14x14x1024->256 218 -> 235 us); its
+    4-wide rows of two vectors gain (6x4x1024->1024 126 -> 111 us, 12x4x512->512 68 -> 60),
+    5-wide ones about break even (16x5x512->256 52 -> 53), and at 5x5 a flat tile of 12 pixels
+    pads 36 for 25 (5x5x512->512 stays: 39 against 49 us)."""
     if accumulators >= FLAT_BELOW_ACCUMULATORS or not flat_pointwise(geo):
         return None
     enough = accumulators >= MIN_FMA_CHAINS  # the row tile covers the FMA latency, if barely
@@ -331,7 +333,10 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     oc_block = knobs.column_block(geo.out_c)
     if geo.batch * ceil_div(geo.out_c, oc_block) < knobs.cores:
         return None
-    chunks = _flat_chunks(geo, _row_chunks(geo, dtype, True, knobs))
+    asked = _row_chunks(geo, dtype, True, knobs)
+    chunks = _flat_chunks(geo, asked)
+    if chunks < asked:  # rows in one chunk where the row tile has one per thread (2 rows on 2 cores)
+        return None
     pixels, rows = geo.out_h * geo.out_w // chunks, knobs.tile_rows(oc_block)
     if not enough:
         return pick_block(pixels, rows), oc_block, chunks
@@ -507,7 +512,9 @@ def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
     if cfg.columns_parallel:  # a parallel iteration must hold whole channel blocks of every pixel
         raise ValueError("conv2d_nhwc_ohwi: flat tiles do not take columns_parallel=True")
     ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
-    chunks = _flat_chunks(geo, cfg.row_chunks if cfg.parallel else 1)
+    batch, o_pad = data.shape[0], packed_out_channels(geo, cfg)
+    # as channels_outer_loop takes them: a parallel loop over a static batch
+    chunks = _flat_chunks(geo, cfg.row_chunks) if cfg.parallel and isinstance(batch, tirx.IntImm) else 1
     rows = geo.out_h // chunks
     span = rows * width  # a chunk's pixels
     # the 1x1 kernel's unit axes kept, so that the schedule finds the loops it finds in any conv
@@ -519,7 +526,6 @@ def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeomet
         q = z * span + tirx.min(p, span - 1)
         return data[n, q // width * sh, q % width * sw, rc]
 
-    batch, o_pad = data.shape[0], packed_out_channels(geo, cfg)
     acc = te.compute(
         (batch, chunks, round_up(span, cfg.ow_block), o_pad),
         lambda n, z, p, o: te.sum(read(n, z, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
@@ -675,7 +681,10 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
         widths = dict.fromkeys(pick_block(geo.out_w, c) for c in range(max(cap // 2, 1), cap + 1))
         for ow_block in widths:
             for outer in (True, False):
-                cfg = replace(default, oc_block=oc_block, ow_block=ow_block, channels_outer=outer, flat=False)
+                chunks = _row_chunks(geo, "float32", outer, knobs, default.columns_parallel)
+                cfg = replace(
+                    default, oc_block=oc_block, ow_block=ow_block, channels_outer=outer, flat=False, row_chunks=chunks
+                )
                 if cfg not in out:
                     out.append(cfg)
         if geo.groups == 1 and flat_pointwise(geo):

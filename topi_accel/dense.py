@@ -83,21 +83,22 @@ def dense_config(
     m: int | tirx.PrimExpr | None, n: int, target: tvm.target.Target | None = None, last_rows: int | None = None
 ) -> DenseConfig:
     """Tile sizes for an [m, *] x [*, n] product on `target` (m symbolic, None or an
-    expression: the tiles of REPRESENTATIVE_ROWS rows). last_rows: the last of several row
-    axes that `dense_kn` is to keep (`keeps_rows`): a tile of rows then divides it.
+    expression: the tiles of REPRESENTATIVE_ROWS rows). last_rows: the last of several static
+    row axes, which `dense_kn` keeps where a tile of rows divides it (`keeps_rows`; the
+    strategy flattens them where not).
 
     The rows of a tile: `pick_block`'s divisor of m, or the full tile where that pads at most
-    MAX_PADDED_FRACTION of the rows (`pads_little`) and keeps the row axes. Measured, AVX2
-    code, 2 threads, Zen 5, alone: 256x1024x1000 in 4 rows of two vectors 2390 us, in 6 (258
-    rows) 2180; 128x768x1000 880 -> 830, 64x512x520 167 -> 155; AVX-512 100x1024x1000, 5 rows
-    -> 8, 477 -> 465."""
+    `knobs.MAX_PADDED_FRACTION` of the rows and does not lose row axes that the divisor keeps.
+    Measured, AVX2 code, 2 threads, Zen 5, alone: 256x1024x1000 in 4 rows of two vectors 2390
+    us, in 6 (258 rows) 2180; 128x768x1000 880 -> 830, 64x512x520 167 -> 155; AVX-512
+    100x1024x1000, 5 rows -> 8, 477 -> 465."""
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = _row_columns(n, knobs) if m == 1 else knobs.column_block(n)
     # a third of the register budget in rows keeps the B panel loads amortized
     full = min(knobs.tile_rows(n_block), 8)
     m_block = pick_block(m, full)
-    if m_block < full and pads_little(m, full) and (last_rows is None or last_rows % full == 0):
+    if pads_little(m, full) and (last_rows is None or last_rows % full == 0 or last_rows % m_block):
         m_block = full
     return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
 

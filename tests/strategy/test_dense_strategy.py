@@ -1,10 +1,21 @@
 """relax.matmul with a 2-D right operand under Target("accel"): dense_kn."""
 
 import pytest
+import tvm
 from tvm import relax
 
 import accel_target
-from tests.helpers import assert_close, called_kernels, legalized, matmul_module, rand, run_relax, single_op_module
+from tests.helpers import (
+    ISAS,
+    assert_close,
+    called_kernels,
+    legalized,
+    matmul_module,
+    rand,
+    run_relax,
+    runs_here,
+    single_op_module,
+)
 
 # data shapes of rank 1 to 4 against a [K, N] weight
 DATA_SHAPES = [(33,), (7, 33), (2, 5, 33), (2, 3, 4, 33)]
@@ -22,6 +33,19 @@ def test_matmul_runs_on_dense_kn(data_shape, const_weight):
     kernels = called_kernels(legalized(mod))
     assert sum(name.startswith("dense_kn") for name in kernels) == 1
     assert sum("layout_transform" in name for name in kernels) == (0 if const_weight else 1)
+
+
+@pytest.mark.parametrize("shape, kept", [((2, 64, 32), True), ((10, 28, 32), False)], ids=str)
+def test_a_padded_row_tile_does_not_cost_the_row_axes(shape, kept):
+    """AVX2's full row tile (6 rows of two vectors: N = 40) pads 128 rows to 132, but [2, 64]
+    keeps its axes with 4 rows (an epilogue then fuses), so it takes 4; [10, 28] is flattened
+    with 5 rows as with 6, so it takes 6."""
+    x, w = rand(*shape), rand(32, 40)
+    mod = matmul_module(x, w, True)
+    kernels = called_kernels(legalized(mod, ISAS["avx2"]))
+    assert (kernels == ["dense_kn"]) == kept and sum(name.startswith("dense_kn") for name in kernels) == 1, kernels
+    if runs_here(ISAS["avx2"]):
+        assert_close(run_relax(mod, [x], tvm.target.Target(ISAS["avx2"])), x @ w)
 
 
 def test_linear_layer_as_pytorch_exports_it():

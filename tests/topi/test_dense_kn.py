@@ -65,13 +65,14 @@ def test_a_single_row_takes_four_to_eight_vectors(isa, lanes, columns_of_1000):
 # per ISA, (M, last row axis or None): the row tile dense_config picks for N = 1000 (two vectors)
 ROW_TILES = {
     # 6 rows fill AVX2's and SSE's 12 accumulators: 256 and 100 rows padded to 258 and 102
-    # rather than a divisor (4, 5); 20 would pad to 24 (a fifth); [2, 128] keeps its rows (6
-    # does not divide 128)
-    "avx2": {(256, None): 6, (100, None): 6, (20, None): 5, (256, 128): 4, (12, None): 6},
-    "sse": {(256, None): 6, (100, None): 6, (20, None): 5, (256, 128): 4, (12, None): 6},
+    # rather than a divisor (4, 5); 20 would pad to 24 (a fifth); [2, 128] and [8, 35] keep
+    # their rows (6 does not divide 128 or 35, 4 and 5 do); [10, 28] has none to keep (5 does
+    # not divide 28 either)
+    "avx2": {(256, None): 6, (100, None): 6, (20, None): 5, (256, 128): 4, (280, 35): 5, (280, 28): 6},
     # AVX-512: 8 rows at most (a third of the registers), 100 padded to 104 rather than 5
-    "avx512": {(256, None): 8, (100, None): 8, (20, None): 5, (256, 128): 8, (12, None): 6},
+    "avx512": {(256, None): 8, (100, None): 8, (20, None): 5, (256, 128): 8, (280, 35): 8, (280, 28): 8},
 }
+ROW_TILES["sse"] = ROW_TILES["avx2"]  # 12 accumulators too
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -79,11 +79,13 @@ def test_each_panel_prefetches_the_next_one_line_by_line(make):
     assert min(first) >= panel_lines - 1 and max(first) < 2 * panel_lines + 1
 
 
+@pytest.mark.parametrize("flat", [False, True])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_each_chunk_of_rows_prefetches_every_panel(batch):
+def test_each_chunk_of_rows_prefetches_every_panel(batch, flat):
     """Rows in chunks (one per thread), each over every channel block: each chunk's rows of a
-    panel fetch the next panel, the last panel's the first (wrapping), once per sample."""
-    func, _ = _conv(batch=batch, row_chunks=2)
+    panel fetch the next panel, the last panel's the first (wrapping), once per sample; in
+    rows of tiles or flat tiles along each chunk's pixels (32: 4 rows of 8)."""
+    func, _ = _conv(batch=batch, row_chunks=2, flat=flat, ow_block=4)
     lines = []
     tvm.register_global_func(RECORD, lambda offset: lines.append(offset // LINE), override=True)
     recording = topi_accel.insert_prefetches(func, fetch=lambda b, o: tirx.Evaluate(tirx.call_packed(RECORD, o)))
