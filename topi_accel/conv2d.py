@@ -325,9 +325,9 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     if accumulators >= FLAT_BELOW_ACCUMULATORS or not flat_pointwise(geo):
         return None
     enough = accumulators >= MIN_FMA_CHAINS  # the row tile covers the FMA latency, if barely
-    image_bytes = tvm.DataType(dtype).itemsize * geo.in_h * geo.in_w * geo.in_c
     if enough and geo.out_c > geo.in_c:
         return None
+    image_bytes = tvm.DataType(dtype).itemsize * geo.in_h * geo.in_w * geo.in_c
     if image_bytes > FLAT_MAX_IMAGE_BYTES and not _channels_outer(geo, dtype):  # keep channels inner
         return None
     oc_block = knobs.column_block(geo.out_c)
