@@ -62,8 +62,7 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     m = math.prod(data_shape[:-1])
     dtype = str(data.ty.dtype)
     topi_accel.check_dense([m, data_shape[-1]], [k, n], dtype)
-    static = len(data_shape) > 2 and all(isinstance(d, int) for d in data_shape[1:-1])  # keeps_rows' rows
-    cfg = topi_accel.dense_config(m, n, last_rows=data_shape[-2] if static else None)
+    cfg = topi_accel.dense_config(m, n, rows=tuple(data_shape[:-1]))
     dims = KernelDims()
 
     def dense_kn(x: relax.Expr, rows: tuple) -> relax.Expr:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 from tvm import s_tir, te, tirx
@@ -80,12 +80,12 @@ def _row_columns(n: int, knobs) -> int:
 
 
 def dense_config(
-    m: int | tirx.PrimExpr | None, n: int, target: tvm.target.Target | None = None, last_rows: int | None = None
+    m: int | tirx.PrimExpr | None, n: int, target: tvm.target.Target | None = None, rows: tuple | None = None
 ) -> DenseConfig:
     """Tile sizes for an [m, *] x [*, n] product on `target` (m symbolic, None or an
-    expression: the tiles of REPRESENTATIVE_ROWS rows). last_rows: the last of several static
-    row axes, which `dense_kn` keeps where a tile of rows divides it (`keeps_rows`; the
-    strategy flattens them where not).
+    expression: the tiles of REPRESENTATIVE_ROWS rows). rows: the data's row axes, their
+    product m, which `dense_kn` keeps as they are where `keeps_rows` says so (the strategy
+    flattens them where not).
 
     The rows of a tile: `pick_block`'s divisor of m, or the full tile where that pads at most
     `knobs.MAX_PADDED_FRACTION` of the rows and does not lose row axes that the divisor keeps.
@@ -97,10 +97,11 @@ def dense_config(
     n_block = _row_columns(n, knobs) if m == 1 else knobs.column_block(n)
     # a third of the register budget in rows keeps the B panel loads amortized
     full = min(knobs.tile_rows(n_block), 8)
-    m_block = pick_block(m, full)
-    if pads_little(m, full) and (last_rows is None or last_rows % full == 0 or last_rows % m_block):
-        m_block = full
-    return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
+    divisor = DenseConfig(m_block=pick_block(m, full), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
+    padded = replace(divisor, m_block=full)
+    if pads_little(m, full) and (rows is None or keeps_rows(rows, padded) or not keeps_rows(rows, divisor)):
+        return padded
+    return divisor
 
 
 def weight_pack_map(cfg: DenseConfig) -> IndexMap:

@@ -81,7 +81,7 @@ def test_a_row_tile_pads_a_few_rows_for_more_accumulators(isa):
     of the rows and divides the last of several row axes, else `pick_block`'s divisor."""
     with tvm.target.Target(ISAS[isa]):
         for (m, last), m_block in ROW_TILES[isa].items():
-            cfg = topi_accel.dense_config(m, 1000, last_rows=last)
+            cfg = topi_accel.dense_config(m, 1000, rows=(m // last, last) if last else None)
             assert cfg.n_block == 2 * cfg.lanes and cfg.m_block == m_block, (m, last, cfg)
 
 
