@@ -232,26 +232,52 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
     accumulators allow, with the vectors they leave; but where that tile has fewer than
     MIN_FMA_CHAINS accumulators, for a 1x1 kernel a narrower divisor with more vectors
     (`_narrow_pointwise_tile`), else the full tile's width that pads the fewest columns, if
-    they are at most `knobs.MAX_PADDED_FRACTION` of the row.
+    they are at most `knobs.MAX_PADDED_FRACTION` of the row; a kernel of several taps takes
+    that width whatever it pads, with as many vectors as fit (`_most_vectors`) and the channels
+    fill. The full tile's widths go down to half its width, and for a kernel of several taps
+    not to fewer than MIN_FMA_CHAINS accumulators where it has as many (a 1x1 conv's tile of
+    fewer gives way to a flat one): a 3x3 13x13x384->384 with AVX2 took 2 columns of three
+    vectors (14 computed, 6 accumulators), 2737-2781 us, where 3 of three take 2225-2274 (4 of
+    three 2233-2252, 5 of two 2141-2216; Zen 5, 2 threads, alone).
 
     Measured, 2 threads, Zen 4: AVX-512 keeps the divisor tile (13x13x384->384 1x1: 13 columns
     of one vector 240 us, 7 of three 356; 17x17x768->192 393 / 469). With AVX2 the 14-wide rows
     of ResNet-50 divide into 7 columns of one vector, which leaves the FMA latency uncovered: 5
     columns of two (15 computed) take 14x14x1024->256 694 -> 599 us, 256->1024 576 -> 551, 3x3/2
     28x28x256->256 1360 -> 1240 (6 of two, 18 computed, were slower than both); 7-wide rows keep
-    7 of one (4 of two or three pad 14%: 7x7x512->2048 564 against 581-607 us)."""
+    7 of one (4 of two or three pad 14%: 7x7x512->2048 564 against 581-607 us).
+
+    A 3x3 conv with 7-wide rows instead takes 4 columns of three vectors (8 columns and up to
+    16 channels of 512 computed for 7), AVX2 code, 2 threads, Zen 5, alone, us, 7 of one /
+    4 of three (4 of two, 2 of five): 7x7x512->512 1175-1190 / 1102-1117 (1221-1230,
+    1197-1207); 3x3/2 14x14x512->512 1252-1265 / 1133-1146 (1210-1229); 7x7x256->256 312-330
+    / 296-312; 3x3/2 14x14x256->256 344-348 / 319-327; 7x7x384->384 685-693 / 614-627;
+    7x7x160->320 262-274 / 241-244; 7x7x128->128 108-111 / 105-109."""
     width = geo.out_w
     columns = largest_divisor(width, knobs.accumulators)
     vectors = max(1, knobs.accumulators // columns)
-    if columns * vectors < MIN_FMA_CHAINS and geo.kh == geo.kw == 1:
+    pointwise = geo.kh == geo.kw == 1
+    if columns * vectors < MIN_FMA_CHAINS and pointwise:
         narrow = _narrow_pointwise_tile(width, geo.out_c, knobs)
         if narrow is not None:
             return narrow
     cap = knobs.tile_rows(oc_block)
-    padded = min(range(cap, (cap + 1) // 2 - 1, -1), key=lambda c: round_up(width, c))
+    fewest = (cap + 1) // 2
+    if not pointwise:  # (a 1x1 conv's row tile of few accumulators gives way to a flat tile)
+        fewest = min(cap, max(fewest, ceil_div(MIN_FMA_CHAINS, max(oc_block // knobs.lanes, 1))))
+    padded = min(range(cap, fewest - 1, -1), key=lambda c: round_up(width, c))
     if columns < MIN_DIVISOR_COLUMNS or (columns * vectors < MIN_FMA_CHAINS and pads_little(width, padded)):
         return padded, oc_block
+    if columns * vectors < MIN_FMA_CHAINS and not pointwise:
+        return padded, knobs.lanes * min(_most_vectors(padded, knobs), ceil_div(geo.out_c, knobs.lanes))
     return columns, knobs.lanes * vectors
+
+
+def _most_vectors(columns: int, knobs) -> int:
+    """Vectors of channels a register tile `columns` wide may have (0: none fit): its
+    accumulators within the budget, and with a register per vector of weights and one for the
+    broadcast input within the registers."""
+    return min(knobs.accumulators // columns, (knobs.registers - 1) // (columns + 1))
 
 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:
@@ -271,8 +297,7 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     for columns in range(width - 1, MIN_NARROW_COLUMNS - 1, -1):
         if width % columns:
             continue
-        # the accumulators, a register per vector of weights and one for the broadcast input
-        most = min(knobs.accumulators // columns, (knobs.registers - 1) // (columns + 1))
+        most = _most_vectors(columns, knobs)
         vectors = next((v for v in range(most, 0, -1) if out_c % (v * knobs.lanes) == 0), 0)
         if columns * vectors >= MIN_FMA_CHAINS:
             return columns, vectors * knobs.lanes

@@ -193,7 +193,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
     columns of 4) and a 3x3 conv a full tile that pads at most a tenth of the row (5 columns:
     15). Where no divisor does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
-    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49)."""
+    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49), and a 3x3 conv
+    takes 4 columns of three vectors (8 for 7)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -209,6 +210,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 assert cfg.flat == (k == 1 and width == 7 and knobs.accumulators == 12), (width, k, cfg)
                 if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s): 6 pixels fill the 12
                     assert (cfg.ow_block, accumulators) == (6, 12), (width, k, cfg)
+                elif k == 3 and width == 7 and knobs.accumulators == 12:
+                    assert (cfg.ow_block, accumulators) == (4, 12), cfg
                 elif width % cfg.ow_block:
                     padded = -(-width // cfg.ow_block) * cfg.ow_block
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
@@ -223,6 +226,28 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
             geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
             cfg = topi_accel.conv2d_config(geo)
             assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
+
+
+# a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
+# (AVX2, SSE): 7-wide rows take 4 columns of three vectors (channel tails: 40 in 24s, 20 in
+# 12s), 13-wide rows a padded tile of 8 or more accumulators
+@pytest.mark.parametrize("target", isa_params("avx2", "sse"), ids=str)
+@pytest.mark.parametrize(
+    "shape, columns",
+    [
+        ((1, 7, 7, 32, 40, 3, 1, 1, 1, 1), 4),
+        ((2, 14, 14, 16, 20, 3, 2, 1, 1, 1), 4),
+        ((1, 13, 13, 8, 48, 3, 1, 1, 1, 1), None),
+    ],
+    ids=str,
+)
+def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape, columns):
+    out, ref, cfg = _run(shape, target)
+    assert_close(out, ref)
+    vectors = cfg.oc_block // cfg.lanes
+    assert cfg.ow_block * vectors >= topi_accel.conv2d.MIN_FMA_CHAINS, cfg
+    if columns:
+        assert (cfg.ow_block, vectors) == (columns, 3), cfg
 
 
 @pytest.mark.parametrize("isa", ISAS)
