@@ -85,6 +85,22 @@ def test_a_row_tile_pads_a_few_rows_for_more_accumulators(isa):
             assert cfg.n_block == 2 * cfg.lanes and cfg.m_block == m_block, (m, last, cfg)
 
 
+# batched products (attention's 128 rows): the same rule, no row axes
+BATCHED_ROW_TILES = {
+    "avx2": {128: 6, 196: 6, 100: 6, 20: 5},
+    "avx512": {128: 8, 196: 8, 100: 8, 20: 5},
+}
+BATCHED_ROW_TILES["sse"] = BATCHED_ROW_TILES["avx2"]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_batched_row_tile_pads_a_few_rows_for_more_accumulators(isa):
+    with tvm.target.Target(ISAS[isa]):
+        for m, m_block in BATCHED_ROW_TILES[isa].items():
+            cfg = topi_accel.batch_matmul_config(m, 64)
+            assert cfg.n_block == 2 * cfg.lanes and cfg.m_block == m_block, (m, cfg)
+
+
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
 def test_dense_kn_keeps_leading_axes(rows):
     """data [*rows, K] -> [*rows, N] when the row tile divides the last row axis."""
