@@ -194,14 +194,19 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         oc_block, ow_block = knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
     elif geo.groups == 1:
         # the packed kernel is zero-padded up to a multiple of oc_block: dense_kn's columns
-        # (three vectors where they divide the channels, 96 -> 48, else two, 64 -> 32)
+        # (three vectors where they divide the channels, 96 -> 48, else two, 64 -> 32; the
+        # tiles below may take others)
         oc_block = knobs.column_block(geo.out_c)
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
-        if geo.out_w % ow_block:
+        few = ow_block * oc_block // knobs.lanes < MIN_FMA_CHAINS and ow_block < geo.out_w
+        if geo.out_w % ow_block or (few and (geo.kh, geo.kw) != (1, 1)):
+            # (a divisor tile of too few accumulators: AVX2 3x3 14x14x384->384 in 2 columns of
+            # three vectors 2764-2828 us, 3 of three 2339-2353; 10x10x384->384 1446-1492 ->
+            # 10 of one 1150-1168 (5 of two 1066-1084); Zen 5, 2 threads, alone)
             ow_block, oc_block = _uneven_width_tile(geo, oc_block, knobs)
-        elif ow_block * oc_block // knobs.lanes < MIN_FMA_CHAINS and geo.kh == geo.kw == 1:
-            # a divisor tile of too few accumulators (2 columns of three vectors: 14-wide rows
-            # with AVX2, 576 channels), as in _uneven_width_tile
+        elif few:
+            # a 1x1 conv's divisor tile of too few accumulators (2 columns of three vectors:
+            # 14-wide rows with AVX2, 576 channels), as in _uneven_width_tile
             ow_block, oc_block = _narrow_pointwise_tile(geo.out_w, geo.out_c, knobs) or (ow_block, oc_block)
         flat = _flat_pointwise_tile(geo, dtype, ow_block * oc_block // knobs.lanes, knobs)
         if flat is not None:
@@ -228,24 +233,28 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
 
 def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, int]:
     """(columns, channels) of a dense conv's register tile for an output width that no
-    width of a full tile of `oc_block` channels divides: a divisor of the width as wide as the
-    accumulators allow, with the vectors they leave; but where that tile has fewer than
+    width of a full tile of `oc_block` channels divides (for a kernel of several taps, none
+    of MIN_FMA_CHAINS accumulators): a divisor of the width as wide as the accumulators
+    allow, with the vectors they leave; but where that tile has fewer than
     MIN_FMA_CHAINS accumulators, for a 1x1 kernel a narrower divisor with more vectors
     (`_narrow_pointwise_tile`), else the full tile's width that pads the fewest columns, if
     they are at most `knobs.MAX_PADDED_FRACTION` of the row; a kernel of several taps takes
     that width whatever it pads, with as many vectors as fit (`_most_vectors`) and the channels
     fill. The full tile's widths go down to half its width, and for a kernel of several taps
-    not to fewer than MIN_FMA_CHAINS accumulators where it has as many (a 1x1 conv's tile of
-    fewer gives way to a flat one): a 3x3 13x13x384->384 with AVX2 took 2 columns of three
-    vectors (14 computed, 6 accumulators), 2737-2781 us, where 3 of three take 2225-2274 (4 of
-    three 2233-2252, 5 of two 2141-2216; Zen 5, 2 threads, alone).
+    not to fewer than MIN_FMA_CHAINS accumulators (a 1x1 conv's tile of fewer gives way to a
+    flat one): a 3x3 13x13x384->384 with AVX2 took 2 columns of three vectors (14 computed, 6
+    accumulators), 2737-2781 us; 3 of three, the fewest columns now, take 2225-2274 (4 of
+    three 2233-2252, 5 of two 2141-2216; Zen 5, 2 threads, alone). With one vector of channels
+    that means 8 columns or more (16 for 13, not 7 for 14: unmeasured), and SSE (12
+    accumulators, no FMA) follows AVX2's rule unmeasured.
 
     Measured, 2 threads, Zen 4: AVX-512 keeps the divisor tile (13x13x384->384 1x1: 13 columns
     of one vector 240 us, 7 of three 356; 17x17x768->192 393 / 469). With AVX2 the 14-wide rows
     of ResNet-50 divide into 7 columns of one vector, which leaves the FMA latency uncovered: 5
     columns of two (15 computed) take 14x14x1024->256 694 -> 599 us, 256->1024 576 -> 551, 3x3/2
-    28x28x256->256 1360 -> 1240 (6 of two, 18 computed, were slower than both); 7-wide rows keep
-    7 of one (4 of two or three pad 14%: 7x7x512->2048 564 against 581-607 us).
+    28x28x256->256 1360 -> 1240 (6 of two, 18 computed, were slower than both); a 1x1 conv's
+    7-wide rows keep 7 of one where they take no flat tile (4 of two or three pad 14%:
+    7x7x512->2048 564 against 581-607 us).
 
     A 3x3 conv with 7-wide rows instead takes 4 columns of three vectors (8 columns and up to
     16 channels of 512 computed for 7), AVX2 code, 2 threads, Zen 5, alone, us, 7 of one /
@@ -264,12 +273,15 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
     cap = knobs.tile_rows(oc_block)
     fewest = (cap + 1) // 2
     if not pointwise:  # (a 1x1 conv's row tile of few accumulators gives way to a flat tile)
-        fewest = min(cap, max(fewest, ceil_div(MIN_FMA_CHAINS, max(oc_block // knobs.lanes, 1))))
+        fewest = max(fewest, ceil_div(MIN_FMA_CHAINS, oc_block // knobs.lanes))
     padded = min(range(cap, fewest - 1, -1), key=lambda c: round_up(width, c))
-    if columns < MIN_DIVISOR_COLUMNS or (columns * vectors < MIN_FMA_CHAINS and pads_little(width, padded)):
+    if columns < MIN_DIVISOR_COLUMNS:
         return padded, oc_block
-    if columns * vectors < MIN_FMA_CHAINS and not pointwise:
-        return padded, knobs.lanes * min(_most_vectors(padded, knobs), ceil_div(geo.out_c, knobs.lanes))
+    if columns * vectors < MIN_FMA_CHAINS:
+        if pads_little(width, padded):
+            return padded, oc_block
+        if not pointwise:
+            return padded, knobs.lanes * min(_most_vectors(padded, knobs), ceil_div(geo.out_c, knobs.lanes))
     return columns, knobs.lanes * vectors
 
 

@@ -192,9 +192,9 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
     (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
     columns of 4) and a 3x3 conv a full tile that pads at most a tenth of the row (5 columns:
-    15). Where no divisor does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
-    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49), and a 3x3 conv
-    takes 4 columns of three vectors (8 for 7)."""
+    15). Where no divisor of 8 or more accumulators does (7-wide rows with 12 accumulators:
+    AVX2 and SSE), a 1x1 conv runs its tiles along the flattened pixels (6 of two vectors: 54
+    for 49), and a 3x3 conv takes 4 columns of three vectors (8 for 7)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -230,7 +230,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
 
 # a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
 # (AVX2, SSE): 7-wide rows take 4 columns of three vectors (channel tails: 40 in 24s, 20 in
-# 12s), 13-wide rows a padded tile of 8 or more accumulators
+# 12s); 13-wide rows, and 14- and 10-wide rows of 48 channels (a divisor tile of 2 columns of
+# three vectors), a tile of 8 or more accumulators
 @pytest.mark.parametrize("target", isa_params("avx2", "sse"), ids=str)
 @pytest.mark.parametrize(
     "shape, columns",
@@ -238,6 +239,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
         ((1, 7, 7, 32, 40, 3, 1, 1, 1, 1), 4),
         ((2, 14, 14, 16, 20, 3, 2, 1, 1, 1), 4),
         ((1, 13, 13, 8, 48, 3, 1, 1, 1, 1), None),
+        ((1, 14, 14, 8, 48, 3, 1, 1, 1, 1), None),
+        ((1, 10, 10, 8, 48, 3, 1, 1, 1, 1), None),
     ],
     ids=str,
 )

@@ -95,10 +95,14 @@ BATCHED_ROW_TILES["sse"] = BATCHED_ROW_TILES["avx2"]
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_a_batched_row_tile_pads_a_few_rows_for_more_accumulators(isa):
+    """As dense_config's; but Winograd's products keep the divisor (pad_rows=False): a 15x13
+    grid of F(2x2) tiles (56 an image) in rows of 4 with 12 accumulators, not 6."""
     with tvm.target.Target(ISAS[isa]):
         for m, m_block in BATCHED_ROW_TILES[isa].items():
             cfg = topi_accel.batch_matmul_config(m, 64)
             assert cfg.n_block == 2 * cfg.lanes and cfg.m_block == m_block, (m, cfg)
+        geo = topi_accel.conv2d_geometry((1, 15, 13, 16), (64, 3, 3, 16), 1, 1)
+        assert topi_accel.winograd_config(geo).m_block == (4 if BATCHED_ROW_TILES[isa][196] == 6 else 8)
 
 
 @pytest.mark.parametrize("rows", [(1, 128), (2, 64), (3, 5, 7)], ids=str)
