@@ -123,10 +123,11 @@ def winograd_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None
     [tiles, C] x [C, O], its rows a divisor of the tiles where one is good (`pick_block`), not
     the full tile that pads a few: with a symbolic batch, the transforms of some grids cannot
     be scheduled beside a row tile that does not divide their tiles (compute_at: "not a stage
-    pipeline"; the strategy then declines the kernel for the direct one), 188 of 1352 with
-    the divisor (AVX2, grids 5..30 x 5..30, F(2x2) and F(4x4)), 563 with the full tile. The
-    full tile would take Winograd's 36x196x64 @ 36x64x64 from 276-279 us to 247-252 (AVX2
-    code, Zen 5, alone)."""
+    pipeline"; the strategy then declines the kernel for the direct one, in the report's
+    skipped), with AVX2 code 6 of the 601 grids 5..30 x 5..30 it takes (13x27, 13x28, 14x27 and
+    their transposes, in F(2x2) tiles, 6 rows), 188 of 1352 with F(2x2) and F(4x4) forced on
+    each, 563 with the full tile. The full tile would take Winograd's 36x196x64 @ 36x64x64 from
+    276-279 us to 247-252 (AVX2 code, Zen 5, alone)."""
     tile = winograd_tile(geo) or SUPPORTED_TILES[0]
     n_h, n_w = _grid(geo, tile)
     gemm = batch_matmul_config(geo.batch * n_h * n_w, geo.out_c, target, pad_rows=False)
