@@ -95,13 +95,20 @@ def dense_config(
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = _row_columns(n, knobs) if m == 1 else knobs.column_block(n)
+    divisor, padded = _row_tiles(m, n_block, knobs)
+    if padded and (rows is None or keeps_rows(rows, padded) or not keeps_rows(rows, divisor)):
+        return padded
+    return divisor
+
+
+def _row_tiles(m: int, n_block: int, knobs) -> tuple[DenseConfig, DenseConfig | None]:
+    """The tiles of `m` rows by `n_block` columns: rows `pick_block`'s divisor of m, and rows
+    the full tile of the register budget where that pads at most `knobs.MAX_PADDED_FRACTION`
+    of them (else None)."""
     # a third of the register budget in rows keeps the B panel loads amortized
     full = min(knobs.tile_rows(n_block), 8)
     divisor = DenseConfig(m_block=pick_block(m, full), n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
-    padded = replace(divisor, m_block=full)
-    if pads_little(m, full) and (rows is None or keeps_rows(rows, padded) or not keeps_rows(rows, divisor)):
-        return padded
-    return divisor
+    return divisor, replace(divisor, m_block=full) if pads_little(m, full) else None
 
 
 def weight_pack_map(cfg: DenseConfig) -> IndexMap:
@@ -225,9 +232,8 @@ def batch_matmul_config(
         n_block = next((b for b in (2 * knobs.lanes, knobs.lanes) if n % b == 0), None) or largest_divisor(
             n, 2 * knobs.lanes
         )
-    full = min(knobs.tile_rows(n_block), 8)
-    m_block = full if pad_rows and pads_little(m, full) else pick_block(m, full)
-    return DenseConfig(m_block=m_block, n_block=n_block, lanes=knobs.lanes, parallel=knobs.parallel)
+    divisor, padded = _row_tiles(m, n_block, knobs)
+    return padded if pad_rows and padded else divisor
 
 
 def _packed_columns(b: te.Tensor, nb: int) -> te.Tensor:
