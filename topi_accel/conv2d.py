@@ -208,10 +208,13 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
             # a 1x1 conv's divisor tile of too few accumulators (2 columns of three vectors:
             # 14-wide rows with AVX2, 576 channels), as in _uneven_width_tile
             ow_block, oc_block = _narrow_pointwise_tile(geo.out_w, geo.out_c, knobs) or (ow_block, oc_block)
-        flat = _flat_pointwise_tile(geo, dtype, ow_block * oc_block // knobs.lanes, knobs)
+        accumulators = ow_block * oc_block // knobs.lanes
+        flat = _flat_pointwise_tile(geo, dtype, accumulators, knobs)
         if flat is not None:
             pixels, oc_block, chunks = flat
             return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True, row_chunks=chunks)
+        if (geo.kh, geo.kw) == (1, 1) and MIN_FMA_CHAINS <= accumulators < FLAT_BELOW_ACCUMULATORS:
+            oc_block = _filled_pointwise_channels(geo.out_c, ow_block, oc_block, knobs)
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
@@ -290,6 +293,29 @@ def _most_vectors(columns: int, knobs) -> int:
     accumulators within the budget, and with a register per vector of weights and one for the
     broadcast input within the registers."""
     return min(knobs.accumulators // columns, (knobs.registers - 1) // (columns + 1))
+
+
+def _filled_pointwise_channels(out_c: int, columns: int, oc_block: int, knobs) -> int:
+    """Channels of a 1x1 conv's row tile `columns` wide that has MIN_FMA_CHAINS accumulators
+    or more but fewer than FLAT_BELOW_ACCUMULATORS and takes no flat tile (a conv that widens
+    its channels): as many vectors as fit (`_most_vectors`), the packed channels padded up to
+    them, where that pads at most `knobs.MAX_PADDED_FRACTION` of `out_c` and makes at most
+    FLAT_BELOW_ACCUMULATORS accumulators, a flat tile's; else `oc_block`.
+
+    Measured, AVX2 code, 2 threads, Zen 5, alone, us, 4 columns of two vectors -> of three
+    (channels padded to 24s): 56x56x64->256 452-468 -> 414-429, 28x28x128->512 466-470 ->
+    411-424, 1x1/2 56x56x256->512 886-889 -> 824-832, 28x28x96->2048 1373-1376 -> 1202-1206;
+    2 columns of four -> of five (40s): 14x14x256->1024 450-471 -> 418-434, 1x1/2
+    28x28x512->1024 901-917 -> 838-858. ResNet-50 built for AVX2 in the model: 0.973 of the
+    time (`bench_ab.py --base`, 16 rounds), MobileNetV2 0.996.
+    AVX-512's 4- and 5-wide rows would fill 24 or 25 of its 28 accumulators: 4x4x1024->2048
+    gained (161-169 -> 149-154 us), but its 5-wide kernels of 10-30 us measured both ways in
+    turn, so they keep their tiles."""
+    vectors = _most_vectors(columns, knobs)
+    wider = vectors * knobs.lanes
+    if wider > oc_block and columns * vectors <= FLAT_BELOW_ACCUMULATORS and pads_little(out_c, wider):
+        return wider
+    return oc_block
 
 
 def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | None:

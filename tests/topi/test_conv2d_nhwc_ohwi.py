@@ -253,6 +253,26 @@ def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape
         assert (cfg.ow_block, vectors) == (columns, 3), cfg
 
 
+# a 1x1 conv that widens its channels (so no flat tile) and whose row tile has 8 of 12
+# accumulators (AVX2, SSE) fills them, its channels padded: 4 columns of three vectors (256 in
+# 24s: 264; 160 in 12s: 168), 2 of five (256 in 40s: 280; in 20s: 260)
+@pytest.mark.parametrize("target", isa_params("avx2", "sse"), ids=str)
+@pytest.mark.parametrize(
+    "shape, columns, vectors",
+    [
+        ((1, 8, 8, 16, 256, 1, 1, 0, 1, 1), 4, 3),
+        ((2, 16, 16, 32, 160, 1, 2, 0, 1, 1), 4, 3),
+        ((1, 14, 14, 16, 256, 1, 1, 0, 1, 1), 2, 5),
+    ],
+    ids=str,
+)
+def test_a_widening_pointwise_row_tile_fills_the_accumulators(target, shape, columns, vectors):
+    out, ref, cfg = _run(shape, target)
+    assert_close(out, ref)
+    assert not cfg.flat and (cfg.ow_block, cfg.oc_block // cfg.lanes) == (columns, vectors), cfg
+    assert shape[4] % cfg.oc_block, cfg  # the packed kernel's channels padded
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_a_pointwise_row_tile_of_eight_accumulators_gives_way_to_a_flat_tile_of_all(isa):
     """With 12 accumulators (AVX2, SSE), a 1x1 conv whose row tile keeps 8 (ResNet-50's
