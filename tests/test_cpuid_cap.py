@@ -127,7 +127,7 @@ def test_onnx_runtime_held_to_avx2_runs_no_avx512_code(tmp_path):
     # the control: the same process with ONNX Runtime as installed, glibc and numpy held as above
     control = run({k: held[k] for k in ("GLIBC_TUNABLES", "NPY_DISABLE_CPU_FEATURES")})
     patched = run(held)
-    assert patched["onnxruntime"].startswith(held["PYTHONPATH"].split(os.pathsep)[0])
+    assert patched["onnxruntime"].startswith(held["PYTHONPATH"].split(os.pathsep)[0] + os.sep)
     assert any(0 <= ms < control["since_ms"] for ms in control["last_avx512_ms"]), control
     assert all(ms == -1 or ms > patched["since_ms"] for ms in patched["last_avx512_ms"]), patched
 

@@ -213,8 +213,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         if flat is not None:
             pixels, oc_block, chunks = flat
             return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True, row_chunks=chunks)
-        if (geo.kh, geo.kw) == (1, 1) and MIN_FMA_CHAINS <= accumulators < FLAT_BELOW_ACCUMULATORS:
-            oc_block = _filled_pointwise_channels(geo.out_c, ow_block, oc_block, knobs)
+        if (geo.kh, geo.kw) == (1, 1) and geo.out_c > geo.in_c and accumulators >= MIN_FMA_CHAINS:
+            oc_block = _widening_pointwise_channels(geo.out_c, ow_block, oc_block, knobs)
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
@@ -295,25 +295,25 @@ def _most_vectors(columns: int, knobs) -> int:
     return min(knobs.accumulators // columns, (knobs.registers - 1) // (columns + 1))
 
 
-def _filled_pointwise_channels(out_c: int, columns: int, oc_block: int, knobs) -> int:
-    """Channels of a 1x1 conv's row tile `columns` wide that has MIN_FMA_CHAINS accumulators
-    or more but fewer than FLAT_BELOW_ACCUMULATORS and takes no flat tile (a conv that widens
-    its channels): as many vectors as fit (`_most_vectors`), the packed channels padded up to
-    them, where that pads at most `knobs.MAX_PADDED_FRACTION` of `out_c` and makes at most
-    FLAT_BELOW_ACCUMULATORS accumulators, a flat tile's; else `oc_block`.
+def _widening_pointwise_channels(out_c: int, columns: int, oc_block: int, knobs) -> int:
+    """Channels of the row tile `columns` wide of a 1x1 conv that widens its channels (so it
+    takes no flat tile) and keeps MIN_FMA_CHAINS accumulators or more, with a budget of
+    FLAT_BELOW_ACCUMULATORS (AVX2, SSE): as many vectors as fit (`_most_vectors`), the packed
+    channels padded up to them, where that pads at most `knobs.MAX_PADDED_FRACTION` of
+    `out_c`; else `oc_block`. Of the tiles `conv2d_config` gives, those of 8 accumulators
+    change: 4 columns of two vectors -> of three, 2 of four -> of five.
 
-    Measured, AVX2 code, 2 threads, Zen 5, alone, us, 4 columns of two vectors -> of three
-    (channels padded to 24s): 56x56x64->256 452-468 -> 414-429, 28x28x128->512 466-470 ->
-    411-424, 1x1/2 56x56x256->512 886-889 -> 824-832, 28x28x96->2048 1373-1376 -> 1202-1206;
-    2 columns of four -> of five (40s): 14x14x256->1024 450-471 -> 418-434, 1x1/2
-    28x28x512->1024 901-917 -> 838-858. ResNet-50 built for AVX2 in the model: 0.973 of the
-    time (`bench_ab.py --base`, 16 rounds), MobileNetV2 0.996.
-    AVX-512's 4- and 5-wide rows would fill 24 or 25 of its 28 accumulators: 4x4x1024->2048
-    gained (161-169 -> 149-154 us), but its 5-wide kernels of 10-30 us measured both ways in
-    turn, so they keep their tiles."""
-    vectors = _most_vectors(columns, knobs)
-    wider = vectors * knobs.lanes
-    if wider > oc_block and columns * vectors <= FLAT_BELOW_ACCUMULATORS and pads_little(out_c, wider):
+    Measured, AVX2 code, 2 threads, Zen 5, alone, us (channels padded to 24s, 40s):
+    56x56x64->256 452-468 -> 414-429, 28x28x128->512 466-470 -> 411-424, 1x1/2 56x56x256->512
+    886-889 -> 824-832, 28x28x96->2048 1373-1376 -> 1202-1206; 14x14x256->1024 450-471 ->
+    418-434, 14x14x256->512 236-247 -> 216-224, 1x1/2 28x28x512->1024 901-917 -> 838-858,
+    MobileNetV2's 14x14x96->576 101-112 -> 99-102. ResNet-50 built for AVX2 in the model:
+    0.973 of the time (`bench_ab.py --base`, 16 rounds), MobileNetV2 0.996. SSE follows
+    unmeasured. AVX-512's budget of 24 keeps its tiles: its 4- and 5-wide rows would take 24
+    and 20; 4x4x1024->2048 gained (161-169 -> 149-154 us), but its 5-wide kernels of 10-30 us
+    measured both ways in turn."""
+    wider = _most_vectors(columns, knobs) * knobs.lanes
+    if knobs.accumulators <= FLAT_BELOW_ACCUMULATORS and wider > oc_block and pads_little(out_c, wider):
         return wider
     return oc_block
 
@@ -324,7 +324,8 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
     fit the accumulators and the registers (a vector of weights each, and the broadcast input),
     keeps MIN_FMA_CHAINS accumulators; None if no divisor does. Past the registers, 2 columns of
     six vectors spilled: MobileNetV2's 14x14x96->576 took 253 us against 145 for 2 columns of
-    three (the divisor tile it had) and 131 for 2 of four (14x14x576->96: 145 -> 120).
+    three (the divisor tile it had) and 131 for 2 of four, which `_widening_pointwise_channels`
+    now widens to 2 of five (14x14x576->96: 145 -> 120).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone: ResNet-50's 14-wide 1x1 convs take 2 columns
     of four vectors instead of 5 of two (15 computed): 14x14x1024->512 1128 -> 1041 us,

@@ -191,7 +191,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     width (AVX2's and SSE's 6 columns of two vectors do not divide 14 or 7: 7 columns of one
     vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
     (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
-    columns of 4) and a 3x3 conv a full tile that pads at most a tenth of the row (5 columns:
+    columns of 4, and of 5 for this conv, which widens its channels: 512 padded to 520) and a
+    3x3 conv a full tile that pads at most a tenth of the row (5 columns:
     15). Where no divisor of 8 or more accumulators does (7-wide rows with 12 accumulators:
     AVX2 and SSE), a 1x1 conv runs its tiles along the flattened pixels (6 of two vectors: 54
     for 49), and a 3x3 conv takes 4 columns of three vectors (8 for 7)."""
@@ -215,12 +216,12 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 elif width % cfg.ow_block:
                     padded = -(-width // cfg.ow_block) * cfg.ow_block
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
-                if isa == "avx2" and width == 14:  # a 1x1 kernel: 2 columns of 4 vectors
-                    assert (cfg.ow_block, cfg.oc_block) == ((2, 32) if k == 1 else (5, 16)), (k, cfg)
-            if isa == "avx2":  # 576 channels: 2 columns of 4 vectors, not of 3 (6) or 6 (spilled)
+                if isa == "avx2" and width == 14:  # a 1x1 kernel: 2 columns of 5 vectors
+                    assert (cfg.ow_block, cfg.oc_block) == ((2, 40) if k == 1 else (5, 16)), (k, cfg)
+            if isa == "avx2":  # 576 channels: 2 columns of 5 vectors (600 computed), not of 3 (6) or 6 (spilled)
                 geo = topi_accel.conv2d_geometry((1, width, width, 96), (576, 1, 1, 96), 1, 0)
                 cfg = topi_accel.conv2d_config(geo)
-                assert width != 14 or (cfg.ow_block, cfg.oc_block) == (2, 32), cfg
+                assert width != 14 or (cfg.ow_block, cfg.oc_block) == (2, 40), cfg
         # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
         for width in (112, 56, 28, 14, 7):
             geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
@@ -254,8 +255,8 @@ def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape
 
 
 # a 1x1 conv that widens its channels (so no flat tile) and whose row tile has 8 of 12
-# accumulators (AVX2, SSE) fills them, its channels padded: 4 columns of three vectors (256 in
-# 24s: 264; 160 in 12s: 168), 2 of five (256 in 40s: 280; in 20s: 260)
+# accumulators (AVX2, SSE) takes as many vectors as fit, its channels padded: 4 columns of three
+# vectors (AVX2 24s / SSE 12s: 256 -> 264, 160 -> 168), 2 of five (40s / 20s: 256 -> 280 / 260)
 @pytest.mark.parametrize("target", isa_params("avx2", "sse"), ids=str)
 @pytest.mark.parametrize(
     "shape, columns, vectors",
