@@ -12,6 +12,7 @@ Every target whose keys contain "accel" gets the accel kernels.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -103,13 +104,14 @@ def _with_amx(cpu: str) -> str:
     return name
 
 
-def _host_flags() -> set[str]:
+@functools.cache  # the host's flags do not change; the tag and AMX's check both read them
+def _host_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             line = next((line for line in cpuinfo if line.startswith("flags")), "")
     except OSError:
-        return set()
-    return set(line.split(":", 1)[-1].split())
+        return frozenset()
+    return frozenset(line.split(":", 1)[-1].split())
 
 
 def _cpu_level(flags: set[str]) -> str:
