@@ -114,7 +114,7 @@ def _host_flags() -> frozenset[str]:
     return frozenset(line.split(":", 1)[-1].split())
 
 
-def _cpu_level(flags: set[str]) -> str:
+def _cpu_level(flags: frozenset[str]) -> str:
     """The widest x86-64 level whose features `flags` all has (plain x86-64 if none)."""
     return next((level for level, needed in CPU_LEVELS if needed <= flags), "x86-64")
 

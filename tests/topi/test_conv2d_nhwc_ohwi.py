@@ -192,10 +192,10 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     vector do), or, where that tile would keep fewer accumulators than the FMA latency needs
     (7 on AVX2's 14-wide rows), a 1x1 conv takes a narrower divisor with more vectors (2
     columns of 4, and of 5 for this conv, which widens its channels: 512 padded to 520) and a
-    3x3 conv a full tile that pads at most a tenth of the row (5 columns:
-    15). Where no divisor of 8 or more accumulators does (7-wide rows with 12 accumulators:
-    AVX2 and SSE), a 1x1 conv runs its tiles along the flattened pixels (6 of two vectors: 54
-    for 49), and a 3x3 conv takes 4 columns of three vectors (8 for 7)."""
+    3x3 conv a full tile that pads at most a tenth of the row (5 columns: 15). Where no divisor
+    of 8 or more accumulators does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
+    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49), and a 3x3 conv
+    takes 4 columns of three vectors (8 for 7)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -267,7 +267,7 @@ def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape
     ],
     ids=str,
 )
-def test_a_widening_pointwise_row_tile_fills_the_accumulators(target, shape, columns, vectors):
+def test_a_widening_pointwise_row_tile_takes_the_vectors_that_fit(target, shape, columns, vectors):
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
     assert not cfg.flat and (cfg.ow_block, cfg.oc_block // cfg.lanes) == (columns, vectors), cfg
