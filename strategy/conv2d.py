@@ -181,7 +181,7 @@ def winograd_condition(call: relax.Call) -> str | None:
 def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Transform the constant weights now (Winograd's G g G^T, packed), call the kernel."""
     geo = geometry_of(call)
-    cfg = topi_accel.winograd_config(geo)
+    cfg = topi_accel.winograd_config(geo, symbolic_batch=not isinstance(batch_of(call), int))
     ohwi = constant_in(call.args[1], str(call.attrs.kernel_layout), "OHWI")
     dims = KernelDims()
     func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))

@@ -30,6 +30,7 @@ resnet50 [--mcpu haswell] --rounds 20` (A: the code before) gave B / A 0.979 wit
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,20 +119,34 @@ def winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _cook_toom_convolution(_interpolation_points(tile + KERNEL_SIZE - 2), tile, KERNEL_SIZE)
 
 
-def winograd_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> WinogradConfig:
+def winograd_config(
+    geo: Conv2DGeometry, target: tvm.target.Target | None = None, symbolic_batch: bool = False
+) -> WinogradConfig:
     """Output tile by `winograd_tile`; the products' register tile is batch_matmul_kn's for
     [tiles, C] x [C, O], its rows a divisor of the tiles where one is good (`pick_block`), not
-    the full tile that pads a few: with a symbolic batch, the transforms of some grids cannot
-    be scheduled beside a row tile that does not divide their tiles (compute_at: "not a stage
-    pipeline"; the strategy then declines the kernel for the direct one, in the report's
-    skipped), with AVX2 code 6 of the 601 grids 5..30 x 5..30 it takes (13x27, 13x28, 14x27 and
-    their transposes, in F(2x2) tiles, 6 rows), 188 of 1352 with F(2x2) and F(4x4) forced on
-    each, 563 with the full tile. The full tile would take Winograd's 36x196x64 @ 36x64x64 from
-    276-279 us to 247-252 (AVX2 code, Zen 5, alone)."""
+    the full tile that pads a few. With a symbolic batch (`symbolic_batch`: `geo.batch` is the
+    representative batch), the rows are as many as `_symbolic_rows` allows: the transforms of
+    some grids cannot be scheduled beside other row tiles. The full tile takes Winograd's
+    36x196x64 @ 36x64x64 from 276-279 us to 247-252 (AVX2 code, Zen 5, alone), but ResNet-50
+    ran 0.998 (AVX2) and 1.000 (AVX-512) of the time with it (`bench_ab.py --base`, 16 rounds):
+    not worth the padded rows."""
     tile = winograd_tile(geo) or SUPPORTED_TILES[0]
     n_h, n_w = _grid(geo, tile)
     gemm = batch_matmul_config(geo.batch * n_h * n_w, geo.out_c, target, pad_rows=False)
-    return WinogradConfig(tile, gemm.m_block, gemm.n_block, gemm.lanes, gemm.parallel)
+    rows = _symbolic_rows(n_h * n_w, gemm.m_block) if symbolic_batch else gemm.m_block
+    return WinogradConfig(tile, rows, gemm.n_block, gemm.lanes, gemm.parallel)
+
+
+def _symbolic_rows(per_image: int, rows: int) -> int:
+    """The most rows, up to `rows`, of a product tile that a symbolic batch of images of
+    `per_image` tiles each can take: rows that divide per_image, or that have no factor in
+    common with it and are fewer. The accumulator is ``ceildiv(b * per_image, rows) * rows``
+    rows long; otherwise TVM's analyzer cannot show that it covers the ``b * per_image`` that
+    the next stage reads (``98 * b - (98 * b + 5) // 6 * 6 <= 0``), and compute_at fails ("not
+    a stage pipeline"). Checked against the schedule: every grid of 5..20 x 5..20 in F(2x2)
+    and F(4x4) tiles with rows of 3 to 6 schedules exactly where this allows them; for 98 tiles
+    an image (13x27 in F(2x2)) AVX2's 6 rows become 5."""
+    return next(r for r in range(rows, 0, -1) if per_image % r == 0 or (math.gcd(per_image, r) == 1 and per_image > r))
 
 
 def transform_kernel(kernel_ohwi: np.ndarray, cfg: WinogradConfig) -> np.ndarray:

@@ -147,6 +147,24 @@ def test_conv2d_winograd_symbolic_batch(shape, tile, target):
         assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))
 
 
+# 98 F(2x2) tiles an image (13x27): AVX2's products take 6 rows for a static batch, but with a
+# symbolic one ceildiv(98 * b, 6) * 6 rows could not be scheduled, so they take 5
+@pytest.mark.parametrize("target", TARGETS)
+def test_conv2d_winograd_symbolic_batch_takes_rows_it_can_schedule(target):
+    wt = rand(48, 3, 3, 16)
+    with tvm.target.Target(target):
+        geo = topi_accel.conv2d_geometry((REPRESENTATIVE_BATCH, 13, 27, 16), wt.shape, 1, 1)
+        static, cfg = (topi_accel.winograd_config(geo, symbolic_batch=symbolic) for symbolic in (False, True))
+    assert cfg.tile == static.tile == 2 and cfg.m_block <= static.m_block
+    if target == ISAS["avx2"]:
+        assert (static.m_block, cfg.m_block) == (6, 5)
+    lib = _library(topi_accel.conv2d_winograd_func(geo, cfg, batch=tvm.tirx.Var("batch", "int64")), target)
+    for n in BATCHES:
+        x = rand(n, 13, 27, 16)
+        out = _call(lib, [x, topi_accel.transform_kernel(wt, cfg)], (n, geo.out_h, geo.out_w, 48))
+        assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))
+
+
 @pytest.mark.parametrize("shape", [(100, 16, 64, 3, 1, 1, 1), (37, 12, 12, 5, 1, 2, 12)], ids=str)
 def test_conv1d_nwc_owi_symbolic_batch(shape):
     width, c, o, k, stride, padding, groups = shape
