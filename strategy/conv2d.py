@@ -180,11 +180,11 @@ def winograd_condition(call: relax.Call) -> str | None:
 @register("relax.nn.conv2d", "conv2d_winograd.accel", condition=winograd_condition, plevel=15)
 def conv2d_winograd_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Transform the constant weights now (Winograd's G g G^T, packed), call the kernel."""
-    geo = geometry_of(call)
-    cfg = topi_accel.winograd_config(geo, symbolic_batch=not isinstance(batch_of(call), int))
+    geo, dims = geometry_of(call), KernelDims()
+    batch = kernel_batch(call, dims)
+    cfg = topi_accel.winograd_config(geo, symbolic_batch=batch is not None)
     ohwi = constant_in(call.args[1], str(call.attrs.kernel_layout), "OHWI")
-    dims = KernelDims()
-    func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
+    func = topi_accel.conv2d_winograd_func(geo, cfg, str(call.args[0].ty.dtype), batch)
     return nhwc_call(
         bb, call, geo, lambda: [relax.const(topi_accel.transform_kernel(ohwi, cfg))], func, "conv2d_winograd", dims
     )
