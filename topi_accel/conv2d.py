@@ -349,11 +349,28 @@ def flat_pointwise(geo: Conv2DGeometry) -> bool:
     return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and geo.groups == 1 and geo.out_h > 1
 
 
+def _flat_rows(pixels: int, rows: int, vectors: int) -> int:
+    """The pixels of a flat tile of `vectors` vectors and at most `rows` pixels over `pixels`:
+    `pick_block`'s divisor, else, of the tiles of MIN_FMA_CHAINS accumulators or more, the one
+    that pads the fewest pixels (49 pixels in two vectors: 5, 50 computed; not 6, 54).
+
+    Measured, AVX2 code, 2 threads, Zen 5, alone, three timings each (6 -> 5 pixels of two
+    vectors): 7x7x320->1280 194-218 -> 174-179 us, 7x7x512->2048 463-474 -> 439-458, 1x1/2
+    14x14x1024->2048 884-938 -> 849-902, 1x1/2 13x13x384->2048 335-340 -> 326-330; as fast
+    either way 7x7x2048->512, 7x7x960->320, 7x7x960->160, 7x7x576->160, 13x13x256->256 and
+    13x13x1024->256; three vectors, 4 -> 3 pixels, 7x7x160->960 68-76 -> 73-75."""
+    block = pick_block(pixels, rows)
+    if pixels % block == 0:
+        return block
+    tiles = range(ceil_div(MIN_FMA_CHAINS, vectors), rows + 1)
+    return min(tiles, key=lambda b: (round_up(pixels, b), -b), default=block)
+
+
 def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int, int] | None:
     """(pixels, channels, row chunks) of a tile along the flattened output pixels for a 1x1 conv
     whose row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C]
-    x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `pick_block`'s
-    divisor of a chunk's pixels or a full tile), in the chunks of rows that `_row_chunks` gives
+    x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `_flat_rows`'
+    tile over a chunk's pixels), in the chunks of rows that `_row_chunks` gives
     a channel-block-outer loop (a small kernel: one per thread, each flattened on its own); None
     where `geo` cannot take it, its channel blocks leave a thread idle, its rows would lose the
     chunks the row tile has (chunks of one row), or, where its row tile runs channels inner, one
@@ -403,7 +420,7 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
         return None
     pixels, rows = geo.out_h * geo.out_w // chunks, knobs.tile_rows(oc_block)
     if not enough:
-        return pick_block(pixels, rows), oc_block, chunks
+        return _flat_rows(pixels, rows, oc_block // knobs.lanes), oc_block, chunks
     if not pads_little(pixels, rows):
         return None
     return rows, oc_block, chunks  # every accumulator, a chunk's last tile padded

@@ -194,8 +194,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     columns of 4, and of 5 for this conv, which widens its channels: 512 padded to 520) and a
     3x3 conv a full tile that pads at most a tenth of the row (5 columns: 15). Where no divisor
     of 8 or more accumulators does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
-    runs its tiles along the flattened pixels (6 of two vectors: 54 for 49), and a 3x3 conv
-    takes 4 columns of three vectors (8 for 7)."""
+    runs its tiles along the flattened pixels (5 of two vectors: 50 for 49, where 6, every
+    accumulator, would compute 54), and a 3x3 conv takes 4 columns of three vectors (8 for 7)."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -209,8 +209,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 assert accumulators + cfg.oc_block // knobs.lanes + 1 <= knobs.registers, (width, k, cfg)
                 # 7 columns of one vector, the widest divisor, are too few accumulators for 12
                 assert cfg.flat == (k == 1 and width == 7 and knobs.accumulators == 12), (width, k, cfg)
-                if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s): 6 pixels fill the 12
-                    assert (cfg.ow_block, accumulators) == (6, 12), (width, k, cfg)
+                if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s), the fewest padded pixels
+                    assert (cfg.ow_block, accumulators) == (5, 10), (width, k, cfg)
                 elif k == 3 and width == 7 and knobs.accumulators == 12:
                     assert (cfg.ow_block, accumulators) == (4, 12), cfg
                 elif width % cfg.ow_block:
@@ -381,8 +381,9 @@ def test_flat_pixel_tiles_in_a_model(isa):
     mod = accel_target.optimize(accel_target.from_torch(model, x), target=target)
     slabs = [_slab_pixels(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     twelve = topi_accel.knobs.cpu_knobs(target).accumulators == 12
-    # 49 pixels in tiles of 6 (two vectors: 160 and 512 channels are not 24s) -> 54; 98 -> 102
-    assert sorted(filter(None, slabs)) == ([(1, 54), (1, 54), (1, 54), (2, 102)] if twelve else []), slabs
+    # 49 pixels in tiles of 5 (two vectors: 160 and 512 channels are not 24s; 6 would pad to 54)
+    # -> 50; the 14-wide row tile's 8 accumulators give way to every one of the 12: 98 -> 102
+    assert sorted(filter(None, slabs)) == ([(1, 50), (1, 50), (1, 50), (2, 102)] if twelve else []), slabs
     if runs_here(target):
         with torch.no_grad():
             ref = model(x).numpy()
