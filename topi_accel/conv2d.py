@@ -369,8 +369,8 @@ def _flat_rows(pixels: int, rows: int, vectors: int) -> int:
 def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, knobs) -> tuple[int, int, int] | None:
     """(pixels, channels, row chunks) of a tile along the flattened output pixels for a 1x1 conv
     whose row tile has `accumulators` < FLAT_BELOW_ACCUMULATORS: dense_kn's tile for [pixels, C]
-    x [C, O] (`column_block`'s channels, as many pixels as the accumulators hold: `_flat_rows`'
-    tile over a chunk's pixels), in the chunks of rows that `_row_chunks` gives
+    x [C, O] (`column_block`'s channels; pixels: `_flat_rows`' tile over a chunk's pixels, at
+    most as many as the accumulators hold), in the chunks of rows that `_row_chunks` gives
     a channel-block-outer loop (a small kernel: one per thread, each flattened on its own); None
     where `geo` cannot take it, its channel blocks leave a thread idle, its rows would lose the
     chunks the row tile has (chunks of one row), or, where its row tile runs channels inner, one
