@@ -229,6 +229,26 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
             assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
 
 
+# _flat_rows(pixels, rows, vectors): a divisor of the pixels where one of at most `rows` is the
+# widest, else the tile of 8+ accumulators (MIN_FMA_CHAINS) that pads the fewest pixels, the
+# wider on a tie
+@pytest.mark.parametrize(
+    "pixels, rows, vectors, expected",
+    [
+        (49, 6, 2, 5),  # 50 computed, not 54
+        (49, 4, 3, 3),  # 51, not 52
+        (169, 6, 2, 5),  # 170 (13x13), not 174
+        (48, 6, 2, 6),  # divides
+        (19, 6, 2, 5),  # 20, not 24
+        (3, 6, 2, 3),  # the tile is the pixels
+    ],
+)
+def test_flat_rows_pads_the_fewest_pixels(pixels, rows, vectors, expected):
+    block = topi_accel.conv2d._flat_rows(pixels, rows, vectors)
+    assert block == expected
+    assert block <= rows and (pixels % block == 0 or block * vectors >= topi_accel.conv2d.MIN_FMA_CHAINS)
+
+
 # a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
 # (AVX2, SSE): 7-wide rows take 4 columns of three vectors (channel tails: 40 in 24s, 20 in
 # 12s); 13-wide rows, and 14- and 10-wide rows of 48 channels (a divisor tile of 2 columns of
