@@ -229,9 +229,10 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
             assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
 
 
-# _flat_rows(pixels, rows, vectors): a divisor of the pixels where one of at most `rows` is the
-# widest, else the tile of 8+ accumulators (MIN_FMA_CHAINS) that pads the fewest pixels, the
-# wider on a tie
+# _flat_rows(pixels, rows, vectors): pick_block's tile where it divides the pixels (the pixels
+# if at most `rows`, else the largest divisor of at most `rows` if it is at least rows / 2),
+# else, of the tiles of MIN_FMA_CHAINS (8) accumulators or more up to `rows` pixels, the one
+# that pads the fewest pixels, the wider on a tie
 @pytest.mark.parametrize(
     "pixels, rows, vectors, expected",
     [
@@ -239,14 +240,26 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
         (49, 4, 3, 3),  # 51, not 52
         (169, 6, 2, 5),  # 170 (13x13), not 174
         (48, 6, 2, 6),  # divides
-        (19, 6, 2, 5),  # 20, not 24
+        (27, 6, 2, 3),  # divides: 6 accumulators, pick_block's all the same
+        (19, 6, 2, 5),  # 20, as 4 would: the wider on a tie (6 pads to 24)
         (3, 6, 2, 3),  # the tile is the pixels
     ],
 )
 def test_flat_rows_pads_the_fewest_pixels(pixels, rows, vectors, expected):
-    block = topi_accel.conv2d._flat_rows(pixels, rows, vectors)
-    assert block == expected
-    assert block <= rows and (pixels % block == 0 or block * vectors >= topi_accel.conv2d.MIN_FMA_CHAINS)
+    assert topi_accel.conv2d._flat_rows(pixels, rows, vectors) == expected
+
+
+def test_flat_rows_divides_or_pads_the_fewest():
+    chains = topi_accel.conv2d.MIN_FMA_CHAINS
+    for vectors, rows in ((1, 12), (2, 6), (3, 4), (4, 3), (2, 12), (3, 8)):
+        tiles = range(-(-chains // vectors), rows + 1)
+        for pixels in range(1, 200):
+            block = topi_accel.conv2d._flat_rows(pixels, rows, vectors)
+            assert block <= rows, (pixels, rows, vectors, block)
+            if pixels % block:
+                padded = -(-pixels // block) * block
+                assert block * vectors >= chains, (pixels, rows, vectors, block)
+                assert padded == min(-(-pixels // t) * t for t in tiles), (pixels, rows, vectors, block)
 
 
 # a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
