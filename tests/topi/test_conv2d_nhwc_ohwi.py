@@ -240,7 +240,7 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
         (49, 4, 3, 3),  # 51, not 52
         (169, 6, 2, 5),  # 170 (13x13), not 174
         (48, 6, 2, 6),  # divides
-        (27, 6, 2, 3),  # divides: 6 accumulators, pick_block's all the same
+        (27, 6, 2, 3),  # divides, though 6 accumulators: pick_block's tile
         (19, 6, 2, 5),  # 20, as 4 would: the wider on a tie (6 pads to 24)
         (3, 6, 2, 3),  # the tile is the pixels
     ],
