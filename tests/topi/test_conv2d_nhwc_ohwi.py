@@ -19,6 +19,7 @@ from tests.helpers import (
     run_primfunc,
     runs_here,
 )
+from topi_accel.knobs import ceil_div, round_up
 
 # (batch, height, width, in_c, out_c, kernel, stride, padding, dilation, groups)
 SHAPES = [
@@ -252,14 +253,14 @@ def test_flat_rows_pads_the_fewest_pixels(pixels, rows, vectors, expected):
 def test_flat_rows_divides_or_pads_the_fewest():
     chains = topi_accel.conv2d.MIN_FMA_CHAINS
     for vectors, rows in ((1, 12), (2, 6), (3, 4), (4, 3), (2, 12), (3, 8)):
-        tiles = range(-(-chains // vectors), rows + 1)
+        tiles = range(ceil_div(chains, vectors), rows + 1)
         for pixels in range(1, 200):
             block = topi_accel.conv2d._flat_rows(pixels, rows, vectors)
             assert block <= rows, (pixels, rows, vectors, block)
             if pixels % block:
-                padded = -(-pixels // block) * block
                 assert block * vectors >= chains, (pixels, rows, vectors, block)
-                assert padded == min(-(-pixels // t) * t for t in tiles), (pixels, rows, vectors, block)
+                fewest = min(round_up(pixels, t) for t in tiles)
+                assert round_up(pixels, block) == fewest, (pixels, rows, vectors, block)
 
 
 # a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
