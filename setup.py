@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["apache-tvm==0.27.*", "numpy", "scipy"],
     extras_require={
-        "test": ["pytest", "hypothesis", "ruff==0.17.6"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "ruff==0.17.6"],
         # torch must be exactly 2.13.0: any other spec pulls CUDA wheels
         "models": ["torch==2.13.0", "onnx", "onnxruntime", "matplotlib", "transformers==5.23.0"],
     },
