@@ -114,6 +114,7 @@ def test_kernels_finish_without_their_workers(saved, name):
     assert after["tasks_by_workers"] == before["tasks_by_workers"]
 
 
+@pytest.mark.alone  # the workers it wakes must find a core free
 def test_a_call_after_a_pause_wakes_the_workers_for_its_shared_launches(saved, tmp_path):
     """A model called now and then (here: a 5 ms pause before each call, 25 times the
     workers' spin) finds the workers asleep. Its launches meet at barriers, so a launch
