@@ -1,32 +1,42 @@
 """Turns between pytest-xdist's workers (pytest.ini runs the suite in two): a test marked
-`alone` runs, fixtures and all, while no other test does, for what needs a core no other
-process wants (tests/accel_target/test_pool.py: workers woken after a pause take their share).
+`alone` runs, fixtures and all, while no other test does, for what needs a core that no
+other test wants (tests/accel_target/test_pool.py: the pool's workers, woken after a pause,
+take their share of a call).
 
-Two lock files per run: every test holds `.lock` shared while it runs, an `alone` test holds
-it exclusively; `.gate` is taken to ask for either, and an `alone` test keeps it while it waits,
-so the other worker starts nothing until it has run. In one process (-n 0) no lock is taken.
+Two lock files per run, in a directory the controller makes and removes: every test holds
+`lock` shared while it runs, an `alone` test holds it exclusively; `gate` is taken to ask for
+either, and an `alone` test keeps it while it waits, so no other test starts before it (flock
+alone would let shared holders come and go ahead of it). Without workers (-n 0) no lock is
+taken.
 """
 
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 
 import pytest
 
+_TURNS = pytest.StashKey[str]()
 
-def _stem(config) -> str | None:
-    """The lock files' path without suffix, the same in every worker of a run; None outside
-    xdist's workers."""
-    workerinput = getattr(config, "workerinput", None)  # xdist's, in its workers only
-    if workerinput is None:
-        return None
-    return os.path.join(tempfile.gettempdir(), f"accel-tests-{workerinput['testrunuid']}")
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(xdist's controller, for each worker it starts) the run's directory of lock files."""
+    if _TURNS not in node.config.stash:
+        node.config.stash[_TURNS] = tempfile.mkdtemp(prefix="accel-tests-")
+    node.workerinput["accel_turns"] = node.config.stash[_TURNS]
+
+
+def pytest_unconfigure(config):
+    if _TURNS in config.stash:
+        shutil.rmtree(config.stash[_TURNS], ignore_errors=True)
 
 
 @contextlib.contextmanager
-def _turn(stem: str, alone: bool):
-    with open(stem + ".gate", "a") as gate, open(stem + ".lock", "a") as lock:
+def _turn(directory: str, alone: bool):
+    with open(os.path.join(directory, "gate"), "a") as gate, open(os.path.join(directory, "lock"), "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         fcntl.flock(gate, fcntl.LOCK_UN)
@@ -35,18 +45,9 @@ def _turn(stem: str, alone: bool):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    stem = _stem(item.config)
-    if stem is None:
+    directory = getattr(item.config, "workerinput", {}).get("accel_turns")  # in xdist's workers only
+    if directory is None:
         yield
         return
-    with _turn(stem, item.get_closest_marker("alone") is not None):
+    with _turn(directory, item.get_closest_marker("alone") is not None):
         yield
-
-
-def pytest_sessionfinish(session):
-    """A worker that has finished no longer needs turns: the other runs on alone."""
-    stem = _stem(session.config)
-    if stem is not None:
-        for suffix in (".gate", ".lock"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stem + suffix)
