@@ -5,11 +5,14 @@ in turns in one process.
     python benchmarks/bench_ab.py --set topi_accel.conv2d.ROW_CHUNKS_MAX_KERNEL_BYTES=-1
                                   [--models mobilenet_v2,resnet50] [--mcpu haswell] [--rounds 25] [--int8]
     python benchmarks/bench_ab.py --base HEAD~1 [--models ...]
+    python benchmarks/bench_ab.py --tuning-db tuning.json [--models ...]
 
 With --base REV, A is the model built by the code of git revision REV instead (its tree
 extracted by `git archive`, the build in a process of its own that imports accel_target,
 topi_accel and strategy from there, the library exported and loaded here, on this checkout's
 runtime) and B the code as it is (with any --set): a change to the code, not a constant.
+With --tuning-db FILE, B takes the configs of that database (`accel-tvm tune`): what tuning
+gains over the heuristic in the model, where the tuner timed each conv alone.
 
 Both builds are accel's kernels on accel's thread pool, so sharing a process costs neither
 (unlike two runtimes' pools: bench_models.py gives those a process each), and turns back to
@@ -57,13 +60,13 @@ def _setting(text: str) -> tuple[object, str, object]:
     return mod, name, ast.literal_eval(literal)
 
 
-def _build(make_module, target, settings, layout):
-    """The module built with `settings` in force (restored after)."""
+def _build(make_module, target, settings, layout, tuning_db=None):
+    """The module built with `settings` in force (restored after), and `tuning_db`'s configs."""
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in settings]
     try:
         for mod, name, value in settings:
             setattr(mod, name, value)
-        return accel_target.build(make_module(), input_layout=layout, target=target)
+        return accel_target.build(make_module(), input_layout=layout, target=target, tuning_db=tuning_db)
     finally:
         for mod, name, value in saved:
             setattr(mod, name, value)
@@ -111,16 +114,19 @@ def main(argv=None) -> None:
     ap.add_argument("--base", metavar="REV", help="build A with the code of this git revision (default: as it is)")
     ap.add_argument("--models", default="mobilenet_v2", help=f"comma-separated, of {', '.join(MODELS)}")
     ap.add_argument("--mcpu", help="build for this CPU (haswell: AVX2) instead of the host's")
+    ap.add_argument("--tuning-db", metavar="FILE", help="build B with this tuning database (accel-tvm tune)")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--repeat", type=int, default=20, help="calls timed per turn")
     ap.add_argument("--int8", action="store_true", help="the models quantized (bench_int8.py's QDQ files)")
     args = ap.parse_args(argv)
-    if not args.set and not args.base:
-        ap.error("give --set MODULE.NAME=VALUE or --base REV (or both)")
+    if not args.set and not args.base and not args.tuning_db:
+        ap.error("give --set MODULE.NAME=VALUE, --base REV or --tuning-db FILE (or several)")
+    if args.tuning_db and not os.path.isfile(args.tuning_db):
+        ap.error(f"--tuning-db {args.tuning_db}: no such file")
     settings = [_setting(s) for s in args.set]
     target = target_for(args.mcpu)
     a_is = f"the code at {args.base}" if args.base else "the code as it is"
-    b_is = ", ".join(["the code as it is", *args.set])
+    b_is = ", ".join(["the code as it is", *args.set, *([f"tuned by {args.tuning_db}"] if args.tuning_db else [])])
     print(f"{accel_target.num_threads()} threads; A: {a_is}; B: {b_is}; target {target}")
     base_folder = tempfile.mkdtemp(prefix="accel-ab-") if args.base else None
     for name in args.models.split(","):
@@ -142,7 +148,7 @@ def main(argv=None) -> None:
             if label == "A" and args.base:
                 executable = _build_at(args.base, name, args.mcpu, layout, path, base_folder)
             else:
-                executable = _build(make_module, target, changes, layout)
+                executable = _build(make_module, target, changes, layout, args.tuning_db if label == "B" else None)
             run = vm_runner(executable, inputs)
             error = max_rel_error(run().numpy(), ref)
             if error > bound:
