@@ -1,7 +1,7 @@
 """Whole models: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
 
     python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
-                                      [--batch 8]
+                                      [--batch 8] [--rounds 10]
 
 Writes benchmarks/results/<isa>/models.md and models.png (models_batch<N>.* for --batch N;
 <isa> is the host's widest vectors; machine, threads, versions recorded). For AVX2 figures
@@ -58,7 +58,9 @@ def _targets(mcpu: str | None) -> tuple:
     return target_for(mcpu), tvm.target.Target({"kind": "llvm", "mcpu": mcpu}) if mcpu else "llvm"
 
 
-def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1, mcpu: str | None = None) -> dict:
+def bench_model(
+    name: str, threads: int, repeat: int, stock_tvm: bool, batch: int = 1, mcpu: str | None = None, rounds: int = ROUNDS
+) -> dict:
     target, stock_target = _targets(mcpu)
     model, x = make(name, batch=batch)
     with torch.inference_mode():
@@ -85,15 +87,15 @@ def bench_model(name: str, threads: int, repeat: int, stock_tvm: bool, batch: in
             "PyTorch": {"kind": "torch", "path": paths["pt"], "inputs": data},
             "ONNX Runtime": {"kind": "onnxruntime", "path": paths["onnx"], "inputs": data},
         }
-        # each contender in a process of its own, taking turns ROUNDS times, so that a noisy
+        # each contender in a process of its own, taking turns `rounds` times, so that a noisy
         # spell on this shared machine falls on all of them alike; each gets the median of its
         # rounds' medians, accel's speed-up over it the median of the rounds' speed-ups
         # --mcpu haswell: every contender's process as on an AVX2-only host (ONNX Runtime patched)
         held = cpuid_cap.patched_env("onnxruntime") if mcpu and isa(target) == "avx2" else None
         env = dict.fromkeys(specs, held) if held else None
-        rounds = take_turns(specs, threads, repeat, ROUNDS, path=[HERE], env=env)
-        row.update({contender: float(np.median(times)) for contender, times in rounds.items()})
-        row["speed-ups"] = speedups(rounds)
+        turns = take_turns(specs, threads, repeat, rounds, path=[HERE], env=env)
+        row.update({contender: float(np.median(times)) for contender, times in turns.items()})
+        row["speed-ups"] = speedups(turns)
         # memory of both deployments: weights beside the library, and inside it
         paths["separate"] = os.path.join(tmp, f"{name}_separate.so")
         accel_target.save(accel_target.build(mod, target=target, weights="separate"), paths["separate"])
@@ -225,7 +227,13 @@ def plot(rows: list[dict], path: str, title: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs a turn (default 20)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=ROUNDS,
+        help=f"turns of every contender (default {ROUNDS}); more where the host's speed drifts",
+    )
     parser.add_argument("--no-stock-tvm", action="store_true", help="skip stock TVM (seconds per ResNet-50 run)")
     parser.add_argument("--batch", type=int, default=1, help="samples per inference (default 1)")
     parser.add_argument(
@@ -238,7 +246,7 @@ def main() -> None:
     threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
-        row = bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.batch, args.mcpu)
+        row = bench_model(args.row_of, threads, args.repeat, not args.no_stock_tvm, args.batch, args.mcpu, args.rounds)
         print(json.dumps(row))
         return
     rows = []
@@ -247,6 +255,7 @@ def main() -> None:
         # in a state that slowed the next model's accel runs by up to 1.3x
         print(f"[bench] {name}", file=sys.stderr, flush=True)
         command = [sys.executable, __file__, "--row-of", name, "--repeat", str(args.repeat), "--batch", str(args.batch)]
+        command += ["--rounds", str(args.rounds)]
         command += ["--mcpu", args.mcpu] if args.mcpu else []
         out = subprocess.run(
             command + ["--no-stock-tvm"] * args.no_stock_tvm, stdout=subprocess.PIPE, text=True, check=True
@@ -256,7 +265,7 @@ def main() -> None:
         f"{threads} threads for every contender; CPU {accel_target.machine()}; "
         f"apache-tvm {tvm.__version__}, torch {torch.__version__}, "
         f"onnxruntime {onnxruntime.__version__}; batch {args.batch}, each contender in a process of its "
-        f"own, taking turns: median of {ROUNDS} rounds' medians of {args.repeat} runs, speed-ups the "
+        f"own, taking turns: median of {args.rounds} rounds' medians of {args.repeat} runs, speed-ups the "
         f"median of the rounds' speed-ups"
     )
     header += cpuid_cap.note()
