@@ -82,6 +82,18 @@ def build(directory: str) -> None:
         np.save(os.path.join(directory, f"{name}_x.npy"), x.numpy())
 
 
+@contextlib.contextmanager
+def models_in(directory: str | None):
+    """The folder of the built models: `directory`, where they are built once and then reused,
+    else a temporary one, built afresh and removed on exit."""
+    with contextlib.ExitStack() as stack:
+        directory = directory or stack.enter_context(tempfile.TemporaryDirectory(prefix="accel_coexistence_"))
+        os.makedirs(directory, exist_ok=True)
+        if not all(os.path.isfile(os.path.join(directory, f"{n}.so.json")) for n in MODELS):
+            build(directory)
+        yield directory
+
+
 def measure(directory: str, rounds: int) -> dict:
     """The medians of one process (see the module's docstring)."""
 
@@ -197,11 +209,7 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure(args.dir, args.rounds)))
         return
-    with contextlib.ExitStack() as stack:
-        directory = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="accel_coexistence_"))
-        os.makedirs(directory, exist_ok=True)
-        if not all(os.path.isfile(os.path.join(directory, f"{n}.so.json")) for n in MODELS):
-            build(directory)
+    with models_in(args.dir) as directory:
         results: dict[str, list[dict]] = {name: [] for name in SETTINGS}
         for _ in range(args.reps):
             for name, env in SETTINGS.items():
