@@ -243,6 +243,8 @@ def main() -> None:
     )
     parser.add_argument("--row-of", metavar="MODEL", help=argparse.SUPPRESS)  # one model's row as JSON (internal)
     args = parser.parse_args()
+    if args.rounds < 1 or args.repeat < 1:
+        parser.error(f"--rounds {args.rounds} and --repeat {args.repeat} must be at least 1")
     threads = accel_target.num_threads()
     torch.set_num_threads(threads)
     if args.row_of:
