@@ -17,10 +17,9 @@ other of TVM's runtime; the caller: the main thread) and prints:
   conv's own work), and the share of the model's tasks that accel's workers ran (the caller
   ran the rest: those no worker had started).
 
-A thread's wait is time it was runnable but off a core: accel's threads waiting while
-another library's threads run on the cores is what the coexistence table's ratios come
-from. One reading per setting, so the times carry the host's drift; the run / wait split
-does not depend on it. Linux only (schedstat); times in ms.
+A thread's wait is time it was runnable but off a core (the sums do not say which thread had
+which core meanwhile). One reading per setting, so the times carry the host's drift. Linux
+only (schedstat); times in ms.
 """
 
 from __future__ import annotations
@@ -127,6 +126,7 @@ def measure(directory: str, calls: int) -> dict:
 
 
 def report(setting: str, result: dict, calls: int) -> str:
+    """One setting's readings (`measure`'s result) as a list and a markdown table."""
     lines = [f"## {setting}", ""]
     for name, libraries in result["linger"].items():
         ran = ", ".join(f"{lib} {v['run']:.1f}" for lib, v in libraries.items() if lib != "caller")
