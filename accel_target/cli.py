@@ -78,8 +78,6 @@ def cmd_compile(args) -> int:
     from .pipeline import report
 
     mod, _ = _load(args.model, args.input_layout)
-    if args.tuning_db and not os.path.isfile(args.tuning_db):
-        raise CLIError(f"tuning database {args.tuning_db!r} does not exist")
     executable = _build(mod, args.input_layout, args.strict, args.tuning_db, args.weights, args.output_layout)
     meta = {
         "model": os.path.abspath(args.model),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -459,6 +460,10 @@ def _strictness(strict):
 def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, output_layout=None):
     """(module after the kernel passes, its Report without runtime kernels)."""
     target = tvm.target.Target(target)
+    if tuning_db is not None and not os.path.isfile(tuning_db):  # not an empty database: the heuristic's configs
+        raise FileNotFoundError(
+            f"tuning database {os.fspath(tuning_db)!r} does not exist; write it with accel_target.tune (accel-tvm tune)"
+        )
     db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
     with _strictness(strict), recording_declines() as declines:
         with target:
@@ -520,7 +525,8 @@ def build(
     strict: raise StrictModeError instead of falling back to TVM's kernel, or of leaving
         a kernel or the module as it was where a step of ours fails (None: as an
         enclosing ``with accel_target.strict():`` says, else False).
-    tuning_db: a JSON file written by `tune`: its configs replace the heuristic's.
+    tuning_db: a JSON file written by `tune`: its configs replace the heuristic's (a path
+        that does not exist raises FileNotFoundError).
     weights: "embedded" keeps the weights (folded and packed for the kernels) in the
         executable; "separate" makes them trailing inputs of main, kept in
         ``executable.weights`` for `deploy.save` to write beside the library.

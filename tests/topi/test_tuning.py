@@ -87,3 +87,15 @@ def test_a_tuned_config_without_row_chunks_takes_the_heuristics(tmp_path):
         db.entries[topi_accel.conv2d.conv2d_key(geo, target)] = {"config": config, "ms": 1.0}
         with target, topi_accel.tuning.using(db):
             assert topi_accel.conv2d_config(geo).row_chunks == chunks, config
+
+
+def test_build_refuses_a_tuning_db_that_does_not_exist(tmp_path):
+    """A missing file is not an empty database: the build would take the heuristic's configs
+    without a word (`accel-tvm compile --tuning-db` says the same)."""
+    model = torch.nn.Conv2d(8, 16, 3, padding=1).eval()
+    mod = accel_target.from_torch(model, (torch.randn(1, 8, 8, 8),))
+    missing = tmp_path / "tuning.json"
+    with pytest.raises(FileNotFoundError, match=r"tuning database '.*tuning\.json' does not exist"):
+        accel_target.build(mod, tuning_db=missing)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        accel_target.optimize(mod, tuning_db=str(missing))
