@@ -218,20 +218,28 @@ class TimingProcess:
         self.close()
 
 
+def turn_order(names: list[str], number: int) -> list[str]:
+    """The contenders' turns in round `number` (from 0): `names` rotated left by `number`."""
+    start = number % len(names)
+    return names[start:] + names[:start]
+
+
 def take_turns(
     specs: dict[str, dict], threads: int, repeat: int | dict, rounds: int, path=(), env=None
 ) -> dict[str, list[float]]:
     """{contender: [median ms of each round]}: every contender of `specs` in a process of its
     own, the contenders taking turns `rounds` times, `repeat` timed runs a turn (a dict:
-    per contender). `env` maps a contender to extra environment variables for its process."""
+    per contender). `env` maps a contender to extra environment variables for its process.
+    Each round starts one contender later than the one before (`turn_order`), so that no
+    contender always follows the same one or always takes the first turn."""
     env = env or {}
     repeats = repeat if isinstance(repeat, dict) else dict.fromkeys(specs, repeat)
     processes = {name: TimingProcess(name, threads, path, env.get(name)) for name in specs}
     try:
         times = {name: [] for name in specs}
-        for _ in range(rounds):
-            for name, spec in specs.items():
-                times[name].append(processes[name].median_ms(spec, repeats[name]))
+        for number in range(rounds):
+            for name in turn_order(list(specs), number):
+                times[name].append(processes[name].median_ms(specs[name], repeats[name]))
         return times
     finally:
         for process in processes.values():

@@ -23,3 +23,13 @@ def sleeper(ms: float):
 
 def broken():
     raise ValueError("no such model")
+
+
+def logger(path: str, name: str):
+    """A runner that appends `name` to the file at `path` on every call."""
+
+    def run():
+        with open(path, "a") as log:
+            log.write(name + "\n")
+
+    return run

@@ -5,7 +5,7 @@ import pytest
 import tvm
 
 import accel_target
-from accel_target.timing import TimingProcess, save_inputs, speedups, take_turns
+from accel_target.timing import TimingProcess, save_inputs, speedups, take_turns, turn_order
 from tests.helpers import conv2d_module
 
 
@@ -18,6 +18,16 @@ def test_contenders_take_turns_in_processes_of_their_own():
     times = take_turns(specs, threads=3, repeat=3, rounds=2)
     assert {name: len(t) for name, t in times.items()} == {"fast": 2, "slow": 2, "clean": 2}
     assert all(1.0 <= t < 4.0 for t in times["fast"]) and all(t >= 5.0 for t in times["slow"]), times
+
+
+def test_each_round_starts_one_contender_later(tmp_path):
+    log = tmp_path / "calls"
+    specs = {name: _call("logger", str(log), name) for name in ("a", "b", "c")}
+    take_turns(specs, threads=1, repeat=1, rounds=4)
+    calls = log.read_text().split()
+    turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    assert turns == [*"abc", *"bca", *"cab", *"abc"]
+    assert turn_order(["x"], 5) == ["x"]
 
 
 def test_a_runner_that_fails_is_an_error_naming_the_contender():
