@@ -1,6 +1,6 @@
 """Where a model's time goes: each kernel of an accel build timed in the model, as it runs.
 
-    python benchmarks/profile_model.py resnet50 [--mcpu haswell] [--batch 8] [--top 20]
+    python benchmarks/profile_model.py resnet50 [--mcpu haswell] [--batch 8] [--top 20] [--onnxruntime]
 
 Builds one of benchmarks/models.py's models in this process, with every kernel launching the
 thread pool itself (`launches.disabled()`: a shared launch would time its members as one),
@@ -9,18 +9,30 @@ of a run without the instrument, then each kernel's time per run (the median of 
 times its calls per run), slowest first, and its share of their sum. The kernels see the
 caches they see in the model (a weight read from memory each run shows as such), which
 timing a kernel alone in a loop hides. The instrument adds a little to every call.
+
+`--onnxruntime` sets ONNX Runtime's node profile beside it: the model exported to ONNX, run as
+many times in a process of its own (same threads) with ONNX Runtime's profiler on, each node's
+median time. Kernels and nodes are matched by their first input's and first output's shapes
+(NCHW read as NHWC), summed per pair of shapes: layers of one geometry sum together, and a
+kernel that fuses what ONNX Runtime runs as two nodes (or the other way round) shows as one side
+without the other. ORT/ours above 1: accel's kernels are faster. The two profiles run one after
+the other, not in turns, so a host whose speed drifts moves every ratio of a run alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpuid_cap  # noqa: E402
 import tvm  # noqa: E402
 from models import MODELS, make  # noqa: E402
 from tvm import relax  # noqa: E402
@@ -28,6 +40,30 @@ from tvm import relax  # noqa: E402
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target import launches  # noqa: E402
 from accel_target.benchmark import isa, target_for  # noqa: E402
+from accel_target.timing import threads_env  # noqa: E402
+
+# Run in a process of its own: argv = ONNX file, input .npy, runs, profile prefix, threads. Prints
+# [[node name, input shapes, output shapes, median us of its last `runs` calls], ...].
+_ONNXRUNTIME_PROFILE = """
+import json, sys, numpy as np, onnxruntime as ort
+path, x, runs, prefix = sys.argv[1], np.load(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+options = ort.SessionOptions()
+options.intra_op_num_threads = int(sys.argv[5])
+options.inter_op_num_threads = 1
+options.enable_profiling = True
+options.profile_file_prefix = prefix
+session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+feed = {session.get_inputs()[0].name: x}
+for _ in range(10 + runs):
+    session.run(None, feed)
+nodes = {}
+for event in json.load(open(session.end_profiling())):
+    if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+        args = event["args"]
+        shapes = [[next(iter(t.values())) for t in args[k]] for k in ("input_type_shape", "output_type_shape")]
+        nodes.setdefault(event["name"], (args["op_name"], shapes, []))[2].append(event["dur"])
+print(json.dumps([[op, *shapes, float(np.median(d[-runs:]))] for op, shapes, d in nodes.values()]))
+"""
 
 
 def kernel_times(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, tuple[float, int, list]]:
@@ -53,6 +89,58 @@ def kernel_times(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, 
     return {name: (float(np.median(t)) * (len(t) // calls), len(t) // calls, shapes[name]) for name, t in times.items()}
 
 
+def onnxruntime_node_times(model, x, threads: int, runs: int, env=None) -> list[tuple[str, list, list, float]]:
+    """[(op, input shapes, output shapes, median us a run)] of every node ONNX Runtime runs for
+    `model` (exported to ONNX here) on `x`, profiled over `runs` runs in a process of its own
+    (`env` over this one's environment)."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="accel_profile_") as tmp:
+        onnx_path, x_path = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "x.npy")
+        torch.onnx.export(model, (x,), onnx_path, dynamo=False, input_names=["x"])
+        np.save(x_path, x.numpy())
+        script = [sys.executable, "-c", _ONNXRUNTIME_PROFILE, onnx_path, x_path, str(runs), os.path.join(tmp, "p")]
+        environment = {**os.environ, **threads_env(threads), **(env or {})}
+        done = subprocess.run([*script, str(threads)], env=environment, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"ONNX Runtime's profile failed:\n{done.stderr}")
+        return [tuple(node) for node in json.loads(done.stdout.splitlines()[-1])]
+
+
+def _nhwc(shape) -> tuple:
+    """A 4-D NCHW shape as NHWC; any other shape as it is."""
+    shape = tuple(shape)
+    return (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else shape
+
+
+def beside_onnxruntime(kernels: dict, nodes: list) -> list[tuple]:
+    """[(first input shape, first output shape, accel us, accel kernels, ONNX Runtime us,
+    ONNX Runtime ops)] summed per pair of shapes, slowest accel first: `kernels` as
+    `kernel_times` gives them (a kernel's first argument its input, its last its output),
+    `nodes` as `onnxruntime_node_times` (NCHW read as NHWC)."""
+    rows: dict[tuple, list] = {}
+    for name, (us, count, shapes) in kernels.items():
+        if len(shapes) >= 2:
+            row = rows.setdefault((shapes[0], shapes[-1]), [0.0, [], 0.0, []])
+            row[0] += us
+            row[1].append(f"{name} x{count}")
+    for op, inputs, outputs, us in nodes:
+        if inputs and outputs:
+            row = rows.setdefault((_nhwc(inputs[0]), _nhwc(outputs[0])), [0.0, [], 0.0, []])
+            row[2] += us
+            row[3].append(op)
+    return sorted(((*key, *row) for key, row in rows.items()), key=lambda r: (-r[2], -r[4]))
+
+
+def _print_beside(rows: list, ours_total: float, theirs_total: float) -> None:
+    print(f"\nbeside ONNX Runtime's nodes (their sum {theirs_total / 1e3:.3f} ms, ours {ours_total / 1e3:.3f}):")
+    print(f"{'accel us':>9} {'ORT us':>9} {'ORT/ours':>8}  input -> output  accel kernels | ONNX Runtime nodes")
+    for inp, out, ours, names, theirs, ops in rows:
+        ratio = f"{theirs / ours:8.2f}" if ours and theirs else f"{'-':>8}"
+        counts = ", ".join(f"{op} x{ops.count(op)}" for op in sorted(set(ops)))
+        print(f"{ours:9.1f} {theirs:9.1f} {ratio}  {inp} -> {out}  {', '.join(names) or '-'} | {counts or '-'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", choices=sorted(MODELS))
@@ -60,6 +148,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--calls", type=int, default=50, help="runs of main timed (default 50)")
     parser.add_argument("--top", type=int, default=25, help="kernels printed (default 25)")
+    parser.add_argument(
+        "--onnxruntime", action="store_true", help="then ONNX Runtime's node profile beside the kernels, by shapes"
+    )
     args = parser.parse_args()
 
     target = target_for(args.mcpu)
@@ -84,6 +175,11 @@ def main() -> None:
     print(f"{'us/run':>9} {'share':>6} {'calls':>5}  kernel  argument shapes")
     for name, (us, count, shapes) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{us:9.1f} {us / total:6.1%} {count:5d}  {name}  {shapes}")
+    if args.onnxruntime:
+        # --mcpu haswell: ONNX Runtime as on an AVX2-only host, as bench_models runs it
+        held = cpuid_cap.patched_env("onnxruntime") if args.mcpu and isa(target) == "avx2" else None
+        nodes = onnxruntime_node_times(model, x, accel_target.num_threads(), args.calls, held)
+        _print_beside(beside_onnxruntime(kernels, nodes), total, sum(node[3] for node in nodes))
 
 
 if __name__ == "__main__":

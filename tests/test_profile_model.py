@@ -1,0 +1,42 @@
+"""benchmarks/profile_model.py --onnxruntime: ONNX Runtime's node profile, and its nodes set
+beside accel's kernels by shapes."""
+
+import importlib.util
+import pathlib
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("profile_model", ROOT / "benchmarks" / "profile_model.py")
+profile_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(profile_model)
+
+
+def test_onnxruntime_profile_names_each_node_with_its_shapes_and_time():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(16 * 36, 5))
+    nodes = profile_model.onnxruntime_node_times(model.eval(), torch.randn(1, 3, 6, 6), threads=1, runs=5)
+    by_op = {op: (inputs, outputs, us) for op, inputs, outputs, us in nodes}
+    assert by_op["Conv"][0][0] == [1, 3, 6, 6] and by_op["Conv"][1] == [[1, 16, 6, 6]], nodes
+    assert by_op["Gemm"][1] == [[1, 5]], nodes
+    assert all(us > 0 for _, _, _, us in nodes), nodes
+
+
+def test_nodes_sit_beside_the_kernels_of_their_shapes_nchw_read_as_nhwc():
+    kernels = {
+        "fused_conv_a": (300.0, 2, [(1, 7, 7, 512), (16, 3, 3, 512, 32), (1, 7, 7, 512)]),
+        "fused_dense": (50.0, 1, [(1, 2048), (16, 2048, 64), (1000,), (1, 1000)]),
+        "vm.builtin.alloc_tensor": (9.0, 40, []),
+    }
+    nodes = [
+        ("Conv", [[1, 512, 7, 7], [512, 512, 3, 3]], [[1, 512, 7, 7]], 140.0),
+        ("Conv", [[1, 512, 7, 7], [512, 512, 3, 3]], [[1, 512, 7, 7]], 130.0),
+        ("Gemm", [[1, 2048], [1000]], [[1, 1000]], 80.0),
+        ("MaxPool", [[1, 64, 112, 112]], [[1, 64, 56, 56]], 20.0),
+    ]
+    rows = profile_model.beside_onnxruntime(kernels, nodes)
+    assert rows == [
+        ((1, 7, 7, 512), (1, 7, 7, 512), 300.0, ["fused_conv_a x2"], 270.0, ["Conv", "Conv"]),
+        ((1, 2048), (1, 1000), 50.0, ["fused_dense x1"], 80.0, ["Gemm"]),
+        ((1, 112, 112, 64), (1, 56, 56, 64), 0.0, [], 20.0, ["MaxPool"]),
+    ]
