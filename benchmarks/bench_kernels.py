@@ -4,16 +4,16 @@
                                        [--mcpu haswell]
 
 prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median time of each
-contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per
-family. Every contender runs in a process of its own (accel_target.timing) with the same
-threads (ACCEL_BENCH_THREADS, default every core); the contenders take turns shape by shape,
-every shape in each of `--rounds` rounds. A time is the median of a contender's rounds' medians;
-a speed-up is the median of the rounds' speed-ups (each from two turns back to back, so a slow spell
-of this shared machine that spoils one contender's turn spoils one round's ratio). accel's kernels run as
-`accel_target.build` gives them (accel's thread pool), stock TVM's as `tvm.compile(mod,
-"llvm")` does, in a process that never imports accel_target (TVM's pool as TVM sets it up).
-`--mcpu haswell` gives AVX2 figures on an AVX-512 host: accel and stock TVM built for it, PyTorch
-and numpy held to AVX2 by their own switches (results/avx2/kernels.md).
+contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per family.
+Every contender runs in a process of its own (accel_target.timing) with the same threads
+(ACCEL_BENCH_THREADS, default every core); the contenders take turns shape by shape, every shape in
+each of `--rounds` rounds, each round starting one contender later. A time is the median of a
+contender's rounds' medians; a speed-up is the median of the rounds' speed-ups (each from two turns
+back to back, so a slow spell of this shared machine that spoils one contender's turn spoils one
+round's ratio). accel's kernels run as `accel_target.build` gives them (accel's thread pool), stock
+TVM's as `tvm.compile(mod, "llvm")` does, in a process that never imports accel_target (TVM's pool
+as TVM sets it up). `--mcpu haswell` gives AVX2 figures on an AVX-512 host: accel and stock TVM
+built for it, PyTorch and numpy held to AVX2 by their own switches (results/avx2/kernels.md).
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def main() -> int:
 
     import accel_target
     from accel_target.benchmark import isa, target_for
-    from accel_target.timing import TimingProcess, speedups
+    from accel_target.timing import TimingProcess, speedups, turn_order
 
     threads = int(os.environ.get("ACCEL_BENCH_THREADS", accel_target.host_cores()))
     contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
@@ -266,7 +266,7 @@ def main() -> int:
         # shapes, which their medians drop, rather than every round of one shape
         for turn in range(args.rounds):
             for group, kind, case in cases:
-                for name in (n for n, kinds in contenders.items() if kind in kinds):
+                for name in turn_order([n for n, kinds in contenders.items() if kind in kinds], turn):
                     runner = f"bench_kernels:{name}_runner"
                     spec = {"kind": "call", "function": runner, "args": [kind, list(case), args.mcpu]}
                     repeat = STOCK_REPEAT if name == "stock_tvm" else args.repeat
