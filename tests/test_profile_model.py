@@ -19,7 +19,7 @@ def test_onnxruntime_profile_names_each_node_with_its_shapes_and_time():
     by_op = {op: (inputs, outputs, us) for op, inputs, outputs, us in nodes}
     assert by_op["Conv"][0][0] == [1, 3, 6, 6] and by_op["Conv"][1] == [[1, 16, 6, 6]], nodes
     assert by_op["Gemm"][1] == [[1, 5]], nodes
-    assert all(us > 0 for _, _, _, us in nodes), nodes
+    assert by_op["Conv"][2] > 0 and all(us >= 0 for _, _, _, us in nodes), nodes  # (whole us: a copy may take 0)
 
 
 def test_nodes_sit_beside_the_kernels_of_their_shapes_nchw_read_as_nhwc():
