@@ -99,9 +99,11 @@ def onnxruntime_node_times(model, x, threads: int, runs: int, env=None) -> list[
         onnx_path, x_path = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "x.npy")
         torch.onnx.export(model, (x,), onnx_path, dynamo=False, input_names=["x"])
         np.save(x_path, x.numpy())
-        script = [sys.executable, "-c", _ONNXRUNTIME_PROFILE, onnx_path, x_path, str(runs), os.path.join(tmp, "p")]
+        argv = [onnx_path, x_path, str(runs), os.path.join(tmp, "p"), str(threads)]
         environment = {**os.environ, **threads_env(threads), **(env or {})}
-        done = subprocess.run([*script, str(threads)], env=environment, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _ONNXRUNTIME_PROFILE, *argv], env=environment, capture_output=True, text=True
+        )
         if done.returncode:
             raise SystemExit(f"ONNX Runtime's profile failed:\n{done.stderr}")
         return [tuple(node) for node in json.loads(done.stdout.splitlines()[-1])]
