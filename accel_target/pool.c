@@ -17,8 +17,9 @@
  * workers are woken first and waited for, a little (`wake_sleepers`).
  *
  * The job is one 64-bit word, generation << 32 | tasks claimed, that tasks are claimed
- * from with a compare-and-swap: a claim that succeeds was made on the current job, so
- * the job's fields read before it are that job's.
+ * from with a compare-and-swap. A new job first closes the word (a new generation, every
+ * task claimed), then writes its fields, then opens the word: a claim that succeeds was
+ * made on the current job, so the job's fields read before it are that job's.
  *
  * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200;
  * sched_yield, so that other threads on its core run first), counted from the end of the
@@ -48,6 +49,13 @@ typedef int (*parallel_lambda)(int task_id, group_env* env, void* cdata);
 #define MAX_BARRIER_KERNELS 1024
 #define RUNNING_US 20
 #define WAKE_WAIT_US 200
+#define CLOSED 0x7fffffffu /* tasks claimed, of a job being published: none left */
+
+/* For tests (tests/accel_target/pool_stress.c): a pause where two threads' steps may
+ * interleave, to make a rare interleaving common. Nothing here. */
+#ifndef ACCEL_POOL_STRETCH
+#define ACCEL_POOL_STRETCH() ((void)0)
+#endif
 
 static struct {
   int threads; /* the caller and threads - 1 workers; 0 until the first launch */
@@ -123,11 +131,13 @@ static void run_task(parallel_lambda f, void* cdata, int task, int num_task, int
 static void claim_tasks(int by_worker) {
   for (;;) {
     uint64_t word = atomic_load_explicit(&pool.claims, memory_order_acquire);
+    ACCEL_POOL_STRETCH();
     parallel_lambda f = atomic_load_explicit(&pool.lambda, memory_order_relaxed);
     void* cdata = atomic_load_explicit(&pool.cdata, memory_order_relaxed);
     int num_task = atomic_load_explicit(&pool.num_task, memory_order_relaxed);
     int task = (int)(uint32_t)word;
     if (task >= num_task) return;
+    atomic_thread_fence(memory_order_acquire); /* fields of a job published since: the claim fails */
     if (atomic_compare_exchange_weak_explicit(&pool.claims, &word, word + 1, memory_order_acq_rel,
                                               memory_order_relaxed))
       run_task(f, cdata, task, num_task, by_worker);
@@ -239,13 +249,19 @@ static int workers_running(void) {
 /* A job for the workers: `num_task` tasks of `f`, task 0 the caller's. A job of one task
  * too wakes sleeping workers, for the launches to come (unless `held`). */
 static void publish(parallel_lambda f, void* cdata, int num_task, int held) {
+  /* close the last job first: a worker that read its word and reads the new fields below
+   * must then fail to claim with that word (else it runs a task of the new job that the
+   * word says nobody has claimed: twice, the second time alone at the job's barrier) */
+  uint64_t generation = (atomic_load(&pool.claims) >> 32) + 1;
+  atomic_store_explicit(&pool.claims, generation << 32 | CLOSED, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&pool.lambda, f, memory_order_relaxed);
   atomic_store_explicit(&pool.cdata, cdata, memory_order_relaxed);
   atomic_store_explicit(&pool.num_task, num_task, memory_order_relaxed);
   atomic_store(&pool.done, 0);
   atomic_store(&pool.failed, 0);
   atomic_store(&pool.arrived, 0);
-  uint64_t generation = (atomic_load(&pool.claims) >> 32) + 1;
+  ACCEL_POOL_STRETCH();
   atomic_store_explicit(&pool.claims, generation << 32 | 1, memory_order_release); /* task 0: ours */
   if (held) return;
   atomic_fetch_add(&pool.published, 1);
