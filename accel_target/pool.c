@@ -68,7 +68,8 @@ static struct {
   _Atomic uint64_t claims; /* generation << 32 | tasks claimed */
   atomic_int done;
   atomic_int failed;
-  atomic_int arrived, barrier_round; /* the barrier */
+  atomic_int arrived;                /* the barrier */
+  atomic_uint barrier_round;
   atomic_uint published;             /* futex word: one more per job */
   atomic_int sleeping;               /* workers asleep on `published` */
   unsigned first_published;          /* `published` when the workers started */
@@ -208,12 +209,15 @@ static void* worker(void* arg) {
   return NULL;
 }
 
-/* A child process has none of the workers (nor a launch of another thread in progress). */
+/* A child process has none of the workers (nor a launch of another thread in progress).
+ * Registered when the library loads, so that no fork comes before it. */
 static void reset_after_fork(void) {
   pool.threads = 0;
   atomic_store(&pool.busy, 0);
   atomic_store(&pool.sleeping, 0);
 }
+
+__attribute__((constructor)) static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reset_after_fork); }
 
 static void start_workers(void) {
   const char* threads = getenv("TVM_NUM_THREADS");
@@ -230,8 +234,12 @@ static void start_workers(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_create(&thread, &attr, worker, (void*)(intptr_t)i);
+    int failed = pthread_create(&thread, &attr, worker, (void*)(intptr_t)i);
     pthread_attr_destroy(&attr);
+    if (failed) { /* (no thread left to the process): the workers started so far */
+      pool.threads = i;
+      break;
+    }
   }
 }
 
@@ -295,12 +303,7 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
     atomic_fetch_add(&pool.tasks_by_caller, 1);
     return f(0, &env, cdata) == 0 ? 0 : -1;
   }
-  if (pool.threads == 0) {
-    static int registered;
-    if (!registered) pthread_atfork(NULL, NULL, reset_after_fork);
-    registered = 1;
-    start_workers();
-  }
+  if (pool.threads == 0) start_workers();
   atomic_fetch_add(&pool.launches, 1);
   atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
   int held = atomic_load(&pool.held);
@@ -313,7 +316,7 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
     if (num_task > running) num_task = running;
   }
   int64_t started = now_us();
-  int rounds = atomic_load(&pool.barrier_round);
+  unsigned rounds = atomic_load(&pool.barrier_round);
   publish(f, cdata, num_task, held);
   run_task(f, cdata, 0, num_task, 0);
   claim_tasks(0);
@@ -331,7 +334,7 @@ int accel_parallel_barrier(int task_id, group_env* env) {
   (void)task_id;
   if (env->num_task <= 1) return 0;
   remember_barriers(atomic_load_explicit(&pool.lambda, memory_order_relaxed));
-  int round = atomic_load(&pool.barrier_round);
+  unsigned round = atomic_load(&pool.barrier_round);
   if (atomic_fetch_add(&pool.arrived, 1) == env->num_task - 1) {
     atomic_store(&pool.arrived, 0);
     atomic_store(&pool.barrier_round, round + 1);

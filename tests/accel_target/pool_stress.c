@@ -6,11 +6,16 @@
  * interleave, so that an interleaving a model meets once in millions of launches comes
  * within a few thousand.
  *
+ * With "no-workers" after the rounds, the pool's worker does not start (pthread_create
+ * fails, as in a process that may start no more threads): the caller runs every task.
+ *
  * Every launch must run each of its tasks exactly once, with the job's own data, and end.
  * Prints "launches L, by both threads B" and exits 0; or exits 1 naming the first wrong
  * launch; or 2 if a launch does not end within TIMEOUT_S seconds (a task waits at a barrier
  * no other task will reach). */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +36,14 @@ static void stretch(void) {
   while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < STRETCH_NS);
 }
 #define ACCEL_POOL_STRETCH() stretch()
+
+static int refuse_threads;
+static int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*run)(void*), void* arg) {
+  return refuse_threads ? EAGAIN : pthread_create(thread, attr, run, arg);
+}
+#define pthread_create create_thread
 #include "pool.c"
+#undef pthread_create
 
 typedef struct {
   int launch;
@@ -91,6 +103,7 @@ static int launch_and_check(parallel_lambda f, int num_task, int launch) {
 
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 2000;
+  refuse_threads = argc > 2 && strcmp(argv[2], "no-workers") == 0;
   setenv("TVM_NUM_THREADS", "2", 1);
   signal(SIGALRM, on_timeout);
   alarm(TIMEOUT_S);
