@@ -380,6 +380,30 @@ def test_parallelize_keeps_a_short_innermost_run_out_of_the_parallel_loop():
     assert "T.parallel(6144)" in topi_accel.parallelize(te.create_prim_func([x, topi.transpose(x, [1, 0])])).script()
 
 
+@pytest.mark.parametrize(
+    "shape, axes",
+    [
+        ((1, 14, 14, 64), [0, 3, 1, 2]),
+        ((2, 48, 7, 9), [0, 2, 3, 1]),
+        ((40, 24), [1, 0]),
+        ((3, 20, 33, 8), [1, 3, 0, 2]),
+    ],
+)
+def test_parallelize_copies_a_transpose_of_the_innermost_axis_in_tiles(shape, axes):
+    """NHWC -> NCHW, NCHW -> NHWC and others that move the innermost axis: copied in tiles of
+    the input's and the output's innermost axes (divisors up to 16), the input's innermost
+    innermost, the tiles in parallel where there is work enough; right against numpy."""
+    a = rand(*shape)
+    x = te.placeholder(a.shape)
+    func = topi_accel.parallelize(te.create_prim_func([x, topi.transpose(x, axes)]))
+    assert func is not None  # (None: left as TVM wrote it)
+    ref = a.transpose(axes)
+    np.testing.assert_array_equal(run_primfunc(func, [a], ref.shape), ref)
+    if shape == (1, 14, 14, 64):  # out [1, 64, 14, 14]: (4 channel tiles x 14 rows) in parallel, 14 x 16 each
+        script = func.script()
+        assert "T.parallel(56)" in script and "T.grid(14, 16)" in script, script
+
+
 def test_parallelize_inlines_an_elementwise_chain_into_its_consumer():
     """A quantize (divide, round, add, clip, cast) then NCHW -> NHWC with a pad, as FuseTIR
     leaves an int8 model's input: one loop nest, no intermediate buffer, its 3 channels
