@@ -219,9 +219,13 @@ class TimingProcess:
 
 
 def turn_order(names: list[str], number: int) -> list[str]:
-    """The contenders' turns in round `number` (from 0): `names` rotated left by `number`."""
+    """The contenders' turns in round `number` (from 0): `names` rotated left by `number`, and
+    reversed in every other block of ``len(names)`` rounds. Every block gives each contender
+    the first turn once; a block and the next give each contender's neighbours in both orders
+    (for three contenders, six rounds are the six orders)."""
     start = number % len(names)
-    return names[start:] + names[:start]
+    order = names[start:] + names[:start]
+    return order[::-1] if number // len(names) % 2 else order
 
 
 def take_turns(
@@ -230,8 +234,8 @@ def take_turns(
     """{contender: [median ms of each round]}: every contender of `specs` in a process of its
     own, the contenders taking turns `rounds` times, `repeat` timed runs a turn (a dict:
     per contender). `env` maps a contender to extra environment variables for its process.
-    Each round starts one contender later than the one before (`turn_order`), so that no
-    contender always follows the same one or always takes the first turn."""
+    The order changes from round to round (`turn_order`), so that no contender always
+    follows the same one or always takes the first turn."""
     env = env or {}
     repeats = repeat if isinstance(repeat, dict) else dict.fromkeys(specs, repeat)
     processes = {name: TimingProcess(name, threads, path, env.get(name)) for name in specs}

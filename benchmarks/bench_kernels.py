@@ -7,13 +7,14 @@ prints (and writes to benchmarks/results/<isa>/kernels.md and .png) the median t
 contender per shape, accel's speed-up over each, and the geometric mean of the speed-ups per family.
 Every contender runs in a process of its own (accel_target.timing) with the same threads
 (ACCEL_BENCH_THREADS, default every core); the contenders take turns shape by shape, every shape in
-each of `--rounds` rounds, each round starting one contender later. A time is the median of a
-contender's rounds' medians; a speed-up is the median of the rounds' speed-ups (each from two turns
-back to back, so a slow spell of this shared machine that spoils one contender's turn spoils one
-round's ratio). accel's kernels run as `accel_target.build` gives them (accel's thread pool), stock
-TVM's as `tvm.compile(mod, "llvm")` does, in a process that never imports accel_target (TVM's pool
-as TVM sets it up). `--mcpu haswell` gives AVX2 figures on an AVX-512 host: accel and stock TVM
-built for it, PyTorch and numpy held to AVX2 by their own switches (results/avx2/kernels.md).
+each of `--rounds` rounds, in an order that changes from round to round (`timing.turn_order`). A
+time is the median of a contender's rounds' medians; a speed-up is the median of the rounds'
+speed-ups (each from two turns back to back, so a slow spell of this shared machine that spoils one
+contender's turn spoils one round's ratio). accel's kernels run as `accel_target.build` gives them
+(accel's thread pool), stock TVM's as `tvm.compile(mod, "llvm")` does, in a process that never
+imports accel_target (TVM's pool as TVM sets it up). `--mcpu haswell` gives AVX2 figures on an
+AVX-512 host: accel and stock TVM built for it, PyTorch and numpy held to AVX2 by their own switches
+(results/avx2/kernels.md).
 """
 
 from __future__ import annotations
