@@ -236,7 +236,7 @@ static void start_workers(void) {
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     int failed = pthread_create(&thread, &attr, worker, (void*)(intptr_t)i);
     pthread_attr_destroy(&attr);
-    if (failed) { /* (no thread left to the process): the workers started so far */
+    if (failed) { /* the process may start no more threads: a pool of those started so far */
       pool.threads = i;
       break;
     }
