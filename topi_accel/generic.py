@@ -238,8 +238,10 @@ def _tiled_transpose(sch: s_tir.Schedule, block) -> bool:
     0.71-0.88 -> 0.30-0.35 (the output's innermost axis innermost in the tile: 0.71-0.77 and
     1.15-1.33)."""
     found = _transposed_axes(sch, block)
+    if found is None:
+        return False
     loops = _spatial_prefix(sch, block)
-    if found is None or len(loops) != len(sch.get(block).iter_vars):
+    if len(loops) != len(sch.get(block).iter_vars):
         return False
     extents = [sch.get(loops[i]).extent for i in found]
     if not all(isinstance(e, tirx.IntImm) for e in extents):

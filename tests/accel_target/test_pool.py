@@ -8,6 +8,7 @@ model's first output (to the bit).
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 
@@ -182,20 +183,25 @@ def test_forked_child_runs_models_after_its_parent(saved):
     assert np.array_equal(out, first)
 
 
-def _pool_stress(tmp_path, *args: str) -> tuple[int, int]:
-    """Compile and run ``pool_stress.c`` (which says what it does); (launches, launches whose
-    barrier both threads met)."""
-    binary = tmp_path / "pool_stress"
+@pytest.fixture(scope="module")
+def pool_stress(tmp_path_factory):
+    """``pool_stress.c`` (which says what it does), compiled once: a function of its arguments
+    returning (launches, launches whose barrier both threads met)."""
+    binary = tmp_path_factory.mktemp("pool_stress") / "pool_stress"
     source = os.path.join(os.path.dirname(__file__), "pool_stress.c")
     flags = ["-O2", "-pthread", "-DTIMEOUT_S=30", f"-I{os.path.dirname(pool.SOURCE)}"]
     subprocess.run([os.environ.get("CC", "gcc"), *flags, source, "-o", binary], check=True)
-    run = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    launches, by_both = (int(word.strip(",")) for word in run.stdout.split() if word.strip(",").isdigit())
-    return launches, by_both
+
+    def run(*args: str) -> tuple[int, int]:
+        done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        launches, by_both = re.fullmatch(r"launches (\d+), by both threads (\d+)\n", done.stdout).groups()
+        return int(launches), int(by_both)
+
+    return run
 
 
-def test_launches_interleaved_with_a_worker_reading_the_last_job_run_each_task_once(tmp_path):
+def test_launches_interleaved_with_a_worker_reading_the_last_job_run_each_task_once(pool_stress):
     """20000 launches of one task, each followed by one whose tasks meet at a barrier, with
     pauses where a worker reading the last job and the caller publishing the next interleave.
     Every task runs once, with its launch's data, and every launch ends.
@@ -205,16 +211,16 @@ def test_launches_interleaved_with_a_worker_reading_the_last_job_run_each_task_o
     open: task 1 ran twice, the second time alone at the barrier, and the call hung (as
     ``test_one_deployed_model_shared_by_8_threads`` did once in CI). Here it failed within
     2000 rounds, 4 runs of 4; a healthy run takes under a second."""
-    launches, by_both = _pool_stress(tmp_path, "20000")
+    launches, by_both = pool_stress("20000")
     assert launches == 40000
     assert by_both >= 100  # the worker took part: the interleavings were met
 
 
-def test_a_pool_whose_worker_did_not_start_runs_every_task_on_the_caller(tmp_path):
+def test_a_pool_whose_worker_did_not_start_runs_every_task_on_the_caller(pool_stress):
     """pthread_create fails (a process that may start no more threads): the first launch of
     a kernel whose tasks meet at a barrier ends, as do the rest (before: it waited at the
     barrier for the worker that was counted but never started)."""
-    assert _pool_stress(tmp_path, "200", "no-workers") == (400, 0)
+    assert pool_stress("200", "no-workers") == (400, 0)
 
 
 def test_without_a_c_compiler_models_run_on_tvm_pool_with_a_warning(saved, tmp_path):
