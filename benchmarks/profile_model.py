@@ -1,6 +1,6 @@
 """Where a model's time goes: each kernel of an accel build timed in the model, as it runs.
 
-    python benchmarks/profile_model.py resnet50 [--mcpu haswell] [--batch 8] [--top 20] [--onnxruntime]
+    python benchmarks/profile_model.py resnet50 [--mcpu haswell] [--batch 8] [--top 20] [--again] [--onnxruntime]
 
 Builds one of benchmarks/models.py's models in this process, with every kernel launching the
 thread pool itself (`launches.disabled()`: a shared launch would time its members as one),
@@ -9,6 +9,12 @@ of a run without the instrument, then each kernel's time per run (the median of 
 times its calls per run), slowest first, and its share of their sum. The kernels see the
 caches they see in the model (a weight read from memory each run shows as such), which
 timing a kernel alone in a loop hides. The instrument adds a little to every call.
+
+`--again` calls every kernel a second time right after the model's call, with the same
+arguments, and sets that time beside it: the kernel in the caches it just left (its weights
+and input read a moment before), so the ratio is what the model's state of the caches costs
+it. The model's outputs in those runs are not its results (a kernel that writes over its
+input reads its own output the second time); only the times are kept.
 
 `--onnxruntime` sets ONNX Runtime's node profile beside it: the model exported to ONNX, run as
 many times in a process of its own (same threads) with ONNX Runtime's profiler on, each node's
@@ -28,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,19 +73,35 @@ print(json.dumps([[op, *shapes, float(np.median(d[-runs:]))] for op, shapes, d i
 """
 
 
-def kernel_times(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, tuple[float, int, list]]:
-    """{VM call name: (us per run of main, calls per run, its first call's argument shapes)}
-    over `calls` runs of main."""
+class KernelTime(NamedTuple):
+    """One VM call's times in a model: us per run of main (the median of its calls, times its
+    calls per run), its calls per run, its first call's argument shapes, and with ``again`` the
+    same for the second call of each (None without)."""
+
+    us: float
+    calls: int
+    shapes: list
+    again: float | None = None
+
+
+def kernel_times(vm: relax.VirtualMachine, args: list, calls: int, again: bool = False) -> dict[str, KernelTime]:
+    """{VM call name: KernelTime} over `calls` runs of main; `again`: every call made twice
+    in a row, the second timed too (see the module's docstring)."""
     times: dict[str, list[float]] = {}
+    repeated: dict[str, list[float]] = {}
     shapes: dict[str, list] = {}
     started = []
 
     def instrument(func, name, before, ret, *call_args):
         if before:
             started.append(time.perf_counter())
-        else:
-            times.setdefault(name, []).append((time.perf_counter() - started.pop()) * 1e6)
-            shapes.setdefault(name, [tuple(a.shape) for a in call_args if hasattr(a, "shape")])
+            return
+        times.setdefault(name, []).append((time.perf_counter() - started.pop()) * 1e6)
+        shapes.setdefault(name, [tuple(a.shape) for a in call_args if hasattr(a, "shape")])
+        if again:
+            start = time.perf_counter()
+            func(*call_args)
+            repeated.setdefault(name, []).append((time.perf_counter() - start) * 1e6)
 
     vm.set_instrument(instrument)
     try:
@@ -86,7 +109,14 @@ def kernel_times(vm: relax.VirtualMachine, args: list, calls: int) -> dict[str, 
             vm["main"](*args)
     finally:
         vm.set_instrument(lambda *a: None)
-    return {name: (float(np.median(t)) * (len(t) // calls), len(t) // calls, shapes[name]) for name, t in times.items()}
+
+    def per_run(t):
+        return float(np.median(t)) * (len(t) // calls)
+
+    return {
+        name: KernelTime(per_run(t), len(t) // calls, shapes[name], per_run(repeated[name]) if again else None)
+        for name, t in times.items()
+    }
 
 
 def onnxruntime_node_times(model, x, threads: int, runs: int, env=None) -> list[tuple[str, list, list, float]]:
@@ -121,11 +151,11 @@ def beside_onnxruntime(kernels: dict, nodes: list) -> list[tuple]:
     `kernel_times` gives them (a kernel's first argument its input, its last its output),
     `nodes` as `onnxruntime_node_times` (NCHW read as NHWC)."""
     rows: dict[tuple, list] = {}
-    for name, (us, count, shapes) in kernels.items():
-        if len(shapes) >= 2:
-            row = rows.setdefault((shapes[0], shapes[-1]), [0.0, [], 0.0, []])
-            row[0] += us
-            row[1].append(f"{name} x{count}")
+    for name, kernel in kernels.items():
+        if len(kernel.shapes) >= 2:
+            row = rows.setdefault((kernel.shapes[0], kernel.shapes[-1]), [0.0, [], 0.0, []])
+            row[0] += kernel.us
+            row[1].append(f"{name} x{kernel.calls}")
     for op, inputs, outputs, us in nodes:
         if inputs and outputs:
             row = rows.setdefault((_nhwc(inputs[0]), _nhwc(outputs[0])), [0.0, [], 0.0, []])
@@ -151,6 +181,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50, help="runs of main timed (default 50)")
     parser.add_argument("--top", type=int, default=25, help="kernels printed (default 25)")
     parser.add_argument(
+        "--again", action="store_true", help="each kernel also called again at once: its time in the caches it left"
+    )
+    parser.add_argument(
         "--onnxruntime", action="store_true", help="then ONNX Runtime's node profile beside the kernels, by shapes"
     )
     args = parser.parse_args()
@@ -168,15 +201,20 @@ def main() -> None:
         vm["main"](*inputs)
     run_ms = (time.perf_counter() - started) / args.calls * 1e3
 
-    kernels = kernel_times(vm, inputs, args.calls)
-    total = sum(us for us, _, _ in kernels.values())
+    kernels = kernel_times(vm, inputs, args.calls, again=args.again)
+    total = sum(k.us for k in kernels.values())
     print(
         f"{args.model}, batch {args.batch}, {accel_target.num_threads()} threads, {isa(target)} code: "
         f"{run_ms:.3f} ms a run; its VM calls sum to {total / 1e3:.3f} ms with the instrument"
     )
-    print(f"{'us/run':>9} {'share':>6} {'calls':>5}  kernel  argument shapes")
-    for name, (us, count, shapes) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[: args.top]:
-        print(f"{us:9.1f} {us / total:6.1%} {count:5d}  {name}  {shapes}")
+    if args.again:
+        repeated = sum(k.again for k in kernels.values())
+        print(f"called again at once they sum to {repeated / 1e3:.3f} ms (in the model / again {total / repeated:.3f})")
+    again = f" {'again':>9} {'ratio':>6}" if args.again else ""
+    print(f"{'us/run':>9} {'share':>6}{again} {'calls':>5}  kernel  argument shapes")
+    for name, k in sorted(kernels.items(), key=lambda kv: -kv[1].us)[: args.top]:
+        again = f" {k.again:9.1f} {k.us / k.again:6.3f}" if args.again else ""
+        print(f"{k.us:9.1f} {k.us / total:6.1%}{again} {k.calls:5d}  {name}  {k.shapes}")
     if args.onnxruntime:
         # --mcpu haswell: ONNX Runtime as on an AVX2-only host, as bench_models runs it
         held = cpuid_cap.patched_env("onnxruntime") if args.mcpu and isa(target) == "avx2" else None

@@ -1,15 +1,42 @@
-"""benchmarks/profile_model.py --onnxruntime: ONNX Runtime's node profile, and its nodes set
-beside accel's kernels by shapes."""
+"""benchmarks/profile_model.py: each kernel's time in the model (and, --again, called again at
+once); --onnxruntime: ONNX Runtime's node profile, and its nodes set beside accel's kernels by
+shapes."""
 
 import importlib.util
 import pathlib
 
+import numpy as np
 import torch
+import tvm
+from tvm import relax
+
+import accel_target
+from accel_target import launches
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("profile_model", ROOT / "benchmarks" / "profile_model.py")
 profile_model = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(profile_model)
+
+
+def test_every_kernel_is_timed_in_the_model_and_again_at_once():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 1))
+    x = torch.randn(1, 3, 12, 12)
+    with launches.disabled():  # as profile_model builds: every kernel a VM call of its own
+        executable = accel_target.build(accel_target.from_torch(model.eval(), (x,)))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    inputs = [tvm.runtime.tensor(x.numpy())]
+    once = profile_model.kernel_times(vm, inputs, calls=3)
+    twice = profile_model.kernel_times(vm, inputs, calls=3, again=True)
+    convs = [name for name in twice if "conv2d" in name]
+    assert len(convs) == 2, sorted(twice)
+    assert set(once) == set(twice) and all(k.again is None for k in once.values()), once
+    for name in convs:
+        assert twice[name].calls == 1 and twice[name].us > 0 and twice[name].again > 0, twice[name]
+        assert twice[name].shapes[0][-1] in (3, 16), twice[name]  # NHWC: channels last
+    # the instrument is gone afterwards: main runs as before and gives PyTorch's result
+    np.testing.assert_allclose(vm["main"](*inputs).numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_onnxruntime_profile_names_each_node_with_its_shapes_and_time():
@@ -23,10 +50,11 @@ def test_onnxruntime_profile_names_each_node_with_its_shapes_and_time():
 
 
 def test_nodes_sit_beside_the_kernels_of_their_shapes_nchw_read_as_nhwc():
+    time = profile_model.KernelTime
     kernels = {
-        "fused_conv_a": (300.0, 2, [(1, 7, 7, 512), (16, 3, 3, 512, 32), (1, 7, 7, 512)]),
-        "fused_dense": (50.0, 1, [(1, 2048), (16, 2048, 64), (1000,), (1, 1000)]),
-        "vm.builtin.alloc_tensor": (9.0, 40, []),
+        "fused_conv_a": time(300.0, 2, [(1, 7, 7, 512), (16, 3, 3, 512, 32), (1, 7, 7, 512)]),
+        "fused_dense": time(50.0, 1, [(1, 2048), (16, 2048, 64), (1000,), (1, 1000)]),
+        "vm.builtin.alloc_tensor": time(9.0, 40, []),
     }
     nodes = [
         ("Conv", [[1, 512, 7, 7], [512, 512, 3, 3]], [[1, 512, 7, 7]], 140.0),
