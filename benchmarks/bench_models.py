@@ -1,7 +1,7 @@
 """Whole models: accel against stock TVM, PyTorch eager and ONNX Runtime, same threads.
 
     python benchmarks/bench_models.py [--models resnet50,mobilenet_v2,bert_base_2layers] [--no-stock-tvm]
-                                      [--batch 8] [--rounds 10]
+                                      [--batch 8] [--repeat 5] [--rounds 10] [--mcpu haswell]
 
 Writes benchmarks/results/<isa>/models.md and models.png (models_batch<N>.* for --batch N;
 <isa> is the host's widest vectors; machine, threads, versions recorded). For AVX2 figures
