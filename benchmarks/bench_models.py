@@ -48,7 +48,7 @@ from models import MODELS, make  # noqa: E402
 
 import accel_target  # noqa: E402  (sets TVM_NUM_THREADS to every core unless set)
 from accel_target.benchmark import isa, max_rel_error, target_for, vm_runner  # noqa: E402
-from accel_target.timing import save_inputs, speedups, take_turns  # noqa: E402
+from accel_target.timing import save_inputs, speedup_interval, speedups, take_turns  # noqa: E402
 
 ROUNDS = 10
 
@@ -96,6 +96,7 @@ def bench_model(
         turns = take_turns(specs, threads, repeat, rounds, path=[HERE], env=env)
         row.update({contender: float(np.median(times)) for contender, times in turns.items()})
         row["speed-ups"] = speedups(turns)
+        row["speed-up intervals"] = {n: speedup_interval(turns, n) for n in turns if n != "accel"} if rounds > 1 else {}
         # memory of both deployments: weights beside the library, and inside it
         paths["separate"] = os.path.join(tmp, f"{name}_separate.so")
         accel_target.save(accel_target.build(mod, target=target, weights="separate"), paths["separate"])
@@ -168,6 +169,13 @@ def peak_memory(libraries: list, path_onnx: str, x: np.ndarray, threads: int, tm
     return peaks
 
 
+def _speedup(row: dict, name: str) -> str:
+    """accel's speed-up over `name`, with the range its median could take over resampled
+    rounds (`timing.speedup_interval`) where there are rounds."""
+    interval = row.get("speed-up intervals", {}).get(name)
+    return f"{row['speed-ups'][name]:.2f}x" + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
+
+
 def markdown(rows: list[dict], header: str) -> str:
     names = [n for n in ("accel", "PyTorch", "ONNX Runtime", "stock TVM") if any(n in r for r in rows)]
     lines = [
@@ -183,7 +191,7 @@ def markdown(rows: list[dict], header: str) -> str:
     ]
     for r in rows:
         times = " | ".join(f"{r[n]:.2f}" if n in r else "" for n in names)
-        ratios = " | ".join(f"{r['speed-ups'][n]:.2f}x" if n in r else "" for n in names[1:])
+        ratios = " | ".join(_speedup(r, n) if n in r else "" for n in names[1:])
         (accel_peak, accel_run), (ort_peak, ort_run) = r["accel peak MB"], r["ONNX Runtime peak MB"]
         memory = f"{accel_peak:.0f} / {ort_peak:.0f} ({accel_run:.0f} / {ort_run:.0f})"
         embedded = "{:.0f} ({:.0f})".format(*r["accel embedded peak MB"])
@@ -194,7 +202,8 @@ def markdown(rows: list[dict], header: str) -> str:
     lines += [
         "",
         "'vs X' = X's time / accel's in the same round, median over rounds (above 1: accel is faster; stock TVM:",
-        "one turn, its median / accel's). Peak MB: peak resident memory of a",
+        "one turn, its median / accel's); the range after it holds 95% of that median over the rounds drawn",
+        "again with replacement (a bootstrap). Peak MB: peak resident memory of a",
         "fresh process that loads the model and runs it 5 times (accel: TVM's runtime library only, the library",
         'and its weights file from build(weights="separate"); last column: the library with the weights inside);',
         "in brackets, the peak while running (after loading).",

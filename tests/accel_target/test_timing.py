@@ -5,7 +5,7 @@ import pytest
 import tvm
 
 import accel_target
-from accel_target.timing import TimingProcess, save_inputs, speedups, take_turns, turn_order
+from accel_target.timing import TimingProcess, save_inputs, speedup_interval, speedups, take_turns, turn_order
 from tests.helpers import conv2d_module
 
 
@@ -65,3 +65,20 @@ def test_a_speed_up_is_the_median_of_the_rounds_ratios():
     ups = speedups(rounds)
     assert ups["accel"] == 1.0
     assert ups["torch"] == pytest.approx(0.550 / 0.533)
+
+
+def test_a_speed_ups_interval_holds_its_median_and_narrows_with_more_rounds():
+    rng = np.random.default_rng(1)
+
+    def rounds(n):  # turns with independent noise of about 12%, the other contender 1.17x slower
+        return {"accel": list(np.exp(rng.normal(0, 0.12, n))), "ort": list(1.17 * np.exp(rng.normal(0, 0.12, n)))}
+
+    few, many = rounds(30), rounds(480)
+    low, high = speedup_interval(few, "ort")
+    assert low <= speedups(few)["ort"] <= high
+    assert min(np.divide(few["ort"], few["accel"])) <= low < high <= max(np.divide(few["ort"], few["accel"]))
+    many_low, many_high = speedup_interval(many, "ort")
+    assert many_high - many_low < (high - low) / 2  # 16 times the rounds: about a quarter as wide
+    assert many_low < 1.17 < many_high
+    assert speedup_interval(few, "ort") == (low, high)  # seeded: the same rounds give the same range
+    assert speedup_interval({"accel": [1.0, 2.0], "x": [1.5, 3.0]}, "x") == (1.5, 1.5)  # every round 1.5x
