@@ -210,11 +210,11 @@ def main() -> None:
     if args.again:
         repeated = sum(k.again for k in kernels.values())
         print(f"called again at once they sum to {repeated / 1e3:.3f} ms (in the model / again {total / repeated:.3f})")
-    again = f" {'again':>9} {'ratio':>6}" if args.again else ""
-    print(f"{'us/run':>9} {'share':>6}{again} {'calls':>5}  kernel  argument shapes")
+    heading = f" {'again':>9} {'ratio':>6}" if args.again else ""
+    print(f"{'us/run':>9} {'share':>6}{heading} {'calls':>5}  kernel  argument shapes")
     for name, k in sorted(kernels.items(), key=lambda kv: -kv[1].us)[: args.top]:
-        again = f" {k.again:9.1f} {k.us / k.again:6.3f}" if args.again else ""
-        print(f"{k.us:9.1f} {k.us / total:6.1%}{again} {k.calls:5d}  {name}  {k.shapes}")
+        beside = f" {k.again:9.1f} {k.us / k.again:6.3f}" if args.again else ""
+        print(f"{k.us:9.1f} {k.us / total:6.1%}{beside} {k.calls:5d}  {name}  {k.shapes}")
     if args.onnxruntime:
         # --mcpu haswell: ONNX Runtime as on an AVX2-only host, as bench_models runs it
         held = cpuid_cap.patched_env("onnxruntime") if args.mcpu and isa(target) == "avx2" else None
