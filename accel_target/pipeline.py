@@ -5,7 +5,8 @@ PHASES is their order, the one list that the registered pipeline, `optimize`, `b
 and `tune` all run (`run_phases`):
 
     graph       graph_passes: check indexing, fold BN into conv, decompose for inference, ConvertLayout to
-                NHWC/OHWI, fold every weight transform, cancel the rest
+                NHWC/OHWI, fold every weight transform, cancel the rest, large products with a
+                constant weight in Strassen's form
     legalize    legalize_passes: LegalizeOps (the strategies pick the kernels)
     kernels     kernel_passes: fuse elementwise ops into the accel kernels' write-back
                 (epilogues) or into one kernel of their own, split TVM's own kernels across
@@ -53,6 +54,7 @@ from .launches import share_launches
 from .microbatch import micro_batch
 from .quantize import quantize_qdq
 from .reporting import Report, calls_of, module_kernels, runtime_kernels
+from .strassen import Strassen
 from .target import is_accel
 from .transforms import (
     BindConstantSizes,
@@ -140,6 +142,8 @@ def graph_passes() -> list[tvm.transform.Pass]:
             FastMath(),
             relax.transform.DeadCodeElimination(),
             micro_batch,  # a batch's leading layers one sample at a time (accel_target/microbatch.py)
+            # after it, which keeps a batch's samples apart: these products mix the rows' halves
+            Strassen(),  # large products with a constant weight as seven half-size ones (accel_target/strassen.py)
         ]
     ]
 
