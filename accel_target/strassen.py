@@ -45,6 +45,8 @@ from topi_accel.knobs import cpu_knobs
 
 from .transforms import MATMUL, _op_name, _resolve, _rewrite_functions
 
+# False: every product stays as it is (plain products bit for bit, the weights at their size).
+ENABLED = True
 # The least rows (the product of the data's leading axes) a product takes Strassen's form at,
 # by the target's float32 lanes (AVX-512's products run twice as fast, so the sums and the
 # extra kernels cost twice as much of them; SSE's taken as AVX2's, not measured), and the
@@ -56,7 +58,7 @@ MIN_FEATURES = 768
 def _eligible(call: relax.Call, weight, lanes: int) -> bool:
     """A float32 matmul of static, even extents, at least MIN_ROWS x MIN_FEATURES x
     MIN_FEATURES, its second operand a 2-D constant."""
-    if not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
+    if not ENABLED or not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
         return False
     shape = static_shape(call.args[0])
     if shape is None or len(shape) < 2 or str(call.ty.dtype) != "float32":
@@ -101,19 +103,9 @@ class _Strassen(PyExprMutator):
             return emit(op.strided_slice(flat, [0, 1], [r * h, c * kh], [(r + 1) * h, (c + 1) * kh]))
 
         a11, a12, a21, a22 = block(0, 0), block(0, 1), block(1, 0), block(1, 1)
-        lefts = [
-            op.add(a11, a22),
-            op.add(a21, a22),
-            a11,
-            a22,
-            op.add(a11, a12),
-            op.subtract(a21, a11),
-            op.subtract(a12, a22),
-        ]
-        p1, p2, p3, p4, p5, p6, p7 = (
-            emit(op.matmul(emit(a) if isinstance(a, relax.Call) else a, array_constant(b)))
-            for a, b in zip(lefts, weight_sums(w))
-        )
+        add, sub = (lambda a, b: emit(op.add(a, b))), (lambda a, b: emit(op.subtract(a, b)))
+        lefts = [add(a11, a22), add(a21, a22), a11, a22, add(a11, a12), sub(a21, a11), sub(a12, a22)]
+        p1, p2, p3, p4, p5, p6, p7 = (emit(op.matmul(a, array_constant(b))) for a, b in zip(lefts, weight_sums(w)))
         top = op.concat([op.add(op.add(p1, p4), op.subtract(p7, p5)), op.add(p3, p5)], axis=1)
         bottom = op.concat([op.add(p2, p4), op.add(op.subtract(p1, p2), op.add(p3, p6))], axis=1)
         out = op.concat([top, bottom], axis=0)

@@ -75,6 +75,12 @@ def test_a_product_it_does_not_pay_for_stays_as_it_is(x, w):
     assert _products(_dense(x, w), ISAS["avx2"]) == 1
 
 
+def test_it_can_be_turned_off(monkeypatch):
+    mod = _dense(rand(256, 768), rand(768, 768))
+    monkeypatch.setattr(accel_target.strassen, "ENABLED", False)
+    assert _products(mod, ISAS["avx2"]) == 1
+
+
 def test_a_product_of_two_activations_or_of_symbolic_rows_stays_as_it_is():
     x, w = rand(256, 768), rand(768, 768)
     both = single_op_module(relax.op.matmul, {"x1": x, "x2": w}, {})
