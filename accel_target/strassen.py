@@ -25,8 +25,8 @@ AVX2 code: 128x768x3072 2.54-2.61 / 2.38-2.41, 256x768x768 1.30-1.34 / 1.22-1.23
 128x768x3072 1.24-1.25 / 1.22-1.24, 128x768x768 0.31-0.32 / 0.32, 64x768x768 0.16-0.17 /
 0.18. In a model, the halves' products read each weight for half as many rows, so a weight
 that comes from memory costs more: BERT-2L (128 rows) with AVX2 code, 1.14x ONNX Runtime
-without, 1.18x with (benchmarks/README.md); with AVX-512 code at 128 rows, 0.98x and 1.01x
-the time in two A/Bs, so not taken there. One level only: each further level halves the
+without, 1.18x-1.19x with (benchmarks/README.md); with AVX-512 code at 128 rows, 0.98x, 1.01x
+and 0.99x the time in three A/Bs, so not taken there. One level only: each further level halves the
 rows again, below where it pays. The result differs from the plain product by rounding
 (its error bound is a small multiple of the plain product's).
 """
@@ -61,9 +61,7 @@ def _eligible(call: relax.Call, weight, lanes: int) -> bool:
     if not ENABLED or not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
         return False
     shape = static_shape(call.args[0])
-    if shape is None or len(shape) < 2 or str(call.ty.dtype) != "float32":
-        return False
-    if str(call.args[0].ty.dtype) != "float32" or str(weight.ty.dtype) != "float32":
+    if shape is None or len(shape) < 2 or any(str(e.ty.dtype) != "float32" for e in (call, call.args[0], weight)):
         return False
     m, (k, n) = math.prod(shape[:-1]), (int(d) for d in weight.ty.shape)
     min_rows = MIN_ROWS.get(lanes, max(MIN_ROWS.values()))
@@ -95,7 +93,7 @@ class _Strassen(PyExprMutator):
     def _strassen(self, x: relax.Expr, w: np.ndarray) -> relax.Expr:
         emit, op = self.builder_.emit, relax.op
         shape = static_shape(x)
-        (m, k), n = (math.prod(shape[:-1]), shape[-1]), w.shape[1]
+        m, k, n = math.prod(shape[:-1]), shape[-1], w.shape[1]
         flat = emit(op.reshape(x, [m, k])) if len(shape) > 2 else x
         h, kh = m // 2, k // 2
 
