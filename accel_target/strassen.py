@@ -11,24 +11,32 @@ splits each operand into 2x2 blocks and computes
 
 seven products of an eighth of the work each instead of eight: 7/8 of the multiply-adds.
 The weight's sums are constants, computed here by numpy once at compile time (the weights
-take 7/4 of their memory, as Winograd's transformed weights take more than theirs); what
-runs is the five sums of the activation's blocks, the seven products on accel's dense
-kernel, and the sums of their results, which the build fuses with whatever elementwise op
-follows the product (a bias, GELU, a residual add) into one kernel.
+take 7/4 of their memory, as Winograd's transformed weights take more than theirs). Three
+kernels run: `strassen_lefts` stacks the seven left operands [7, M/2, K/2] in one pass over
+x, `batch_dense_kn` computes the seven products (each weight packed as dense_kn's), and
+`strassen_combine` sums them into the four blocks of the result, [*rows, N], taking whatever
+elementwise op follows the product (a bias, GELU, a residual add) into its write-back.
 
-Only where the saving outweighs the extra kernels and their memory traffic: at least
-MIN_ROWS rows (by the vector width) and MIN_FEATURES inputs and outputs. Measured, 2
-threads, Zen 5, as graphs of accel's kernels (plain / Strassen, ms, three timings each).
-AVX2 code: 128x768x3072 2.54-2.61 / 2.38-2.41, 256x768x768 1.30-1.34 / 1.22-1.23,
-128x768x768 0.65-0.66 / 0.62-0.63, 64x768x768 0.32-0.34 / 0.31-0.36, 32x1024x1024 0.33 /
-0.38, 128x512x512 0.29 / 0.39. AVX-512 code: 256x768x768 0.64-0.67 / 0.60-0.62,
-128x768x3072 1.24-1.25 / 1.22-1.24, 128x768x768 0.31-0.32 / 0.32, 64x768x768 0.16-0.17 /
-0.18. In a model, the halves' products read each weight for half as many rows, so a weight
-that comes from memory costs more: BERT-2L (128 rows) with AVX2 code, 1.14x ONNX Runtime
-without, 1.18x-1.19x with (benchmarks/README.md); with AVX-512 code at 128 rows, 0.98x, 1.01x
-and 0.99x the time in three A/Bs, so not taken there. One level only: each further level halves the
-rows again, below where it pays. The result differs from the plain product by rounding
-(its error bound is a small multiple of the plain product's).
+The sums as the graph's own ops (slices, adds, concats) cost more: 17 kernels a product,
+as e55f67a had them; stacked by a concat for one batched product, FuseOps fused the next
+product's sums with the previous one's GELU, computing it again per use (1.9 ms of BERT-2L's
+16 with AVX2 code). Against e55f67a, `bench_ab.py --base e55f67a --models bert_base_2layers
+[--mcpu haswell] --rounds 40`, 2 threads, Zen 5, gave B / A 0.918 with AVX2 code and 0.923
+with AVX-512 (there e55f67a took no Strassen at 128 rows: three A/Bs of its form had found
+0.98x-1.01x the time).
+
+Taken at MIN_ROWS rows and MIN_FEATURES inputs and outputs. Measured as a product with its
+bias and GELU alone (plain / Strassen, ms, three timings each, 2 threads, Zen 5), AVX2 code:
+128x768x3072 2.76-2.79 / 2.45-2.52, 128x768x768 0.69-0.70 / 0.61-0.62, 64x768x768
+0.35-0.36 / 0.31, 128x512x512 0.32-0.33 / 0.30, 32x1024x1024 0.33 / 0.31, 64x256x256 0.04
+/ 0.04; AVX-512 code: 128x768x3072 1.39-1.46 / 1.32-1.46, 128x768x768 0.34-0.35 /
+0.33-0.36, 64x768x768 0.18 / 0.20, 128x512x512 0.16 / 0.17-0.20. Below 128 rows and 768
+features only AVX2 gains alone, and there the weights stay in the cache between calls;
+in a model they come from memory, where the seven products read 7/4 of the weight's
+bytes, and no model of our benchmarks has such products, so the thresholds stay where BERT
+measured them. One level only: each further level halves the rows again. The result
+differs from the plain product by rounding (its error bound is a small multiple of the
+plain product's).
 """
 
 from __future__ import annotations
@@ -40,22 +48,23 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+import topi_accel
+from strategy.dispatch import kernel_call
 from strategy.layout import array_constant, constant_array, static_shape
-from topi_accel.knobs import cpu_knobs
 
 from .transforms import MATMUL, _op_name, _resolve, _rewrite_functions
 
 # False: every product stays as it is (plain products bit for bit, the weights at their size).
 ENABLED = True
 # The least rows (the product of the data's leading axes) a product takes Strassen's form at,
-# by the target's float32 lanes (AVX-512's products run twice as fast, so the sums and the
-# extra kernels cost twice as much of them; SSE's taken as AVX2's, not measured), and the
-# least inputs and outputs (K and N).
-MIN_ROWS = {4: 128, 8: 128, 16: 256}
+# and the least inputs and outputs (K and N).
+MIN_ROWS = 128
 MIN_FEATURES = 768
+# the implementation the reports name for the two kernels of sums
+IMPL = "strassen.accel"
 
 
-def _eligible(call: relax.Call, weight, lanes: int) -> bool:
+def _eligible(call: relax.Call, weight) -> bool:
     """A float32 matmul of static, even extents, at least MIN_ROWS x MIN_FEATURES x
     MIN_FEATURES, its second operand a 2-D constant."""
     if not ENABLED or not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
@@ -64,8 +73,7 @@ def _eligible(call: relax.Call, weight, lanes: int) -> bool:
     if shape is None or len(shape) < 2 or any(str(e.ty.dtype) != "float32" for e in (call, call.args[0], weight)):
         return False
     m, (k, n) = math.prod(shape[:-1]), (int(d) for d in weight.ty.shape)
-    min_rows = MIN_ROWS.get(lanes, max(MIN_ROWS.values()))
-    return all(v % 2 == 0 for v in (m, k, n)) and m >= min_rows and min(k, n) >= MIN_FEATURES
+    return all(v % 2 == 0 for v in (m, k, n)) and m >= MIN_ROWS and min(k, n) >= MIN_FEATURES
 
 
 def weight_sums(w: np.ndarray) -> list[np.ndarray]:
@@ -77,37 +85,27 @@ def weight_sums(w: np.ndarray) -> list[np.ndarray]:
 
 @mutator
 class _Strassen(PyExprMutator):
-    def __init__(self, mod=None):
-        super().__init__(mod)
-        self.lanes = cpu_knobs().lanes  # (of the target in scope)
-
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         if _op_name(call) != MATMUL:
             return call
         weight = _resolve(self, call.args[1])
-        if not _eligible(call, weight, self.lanes):
+        if not _eligible(call, weight):
             return call
         return self._strassen(call.args[0], constant_array(weight))
 
     def _strassen(self, x: relax.Expr, w: np.ndarray) -> relax.Expr:
-        emit, op = self.builder_.emit, relax.op
-        shape = static_shape(x)
+        """The three kernels of the module's docstring, for x [*rows, K] @ w [K, N]."""
+        bb, shape, dtype = self.builder_, static_shape(x), str(x.ty.dtype)
         m, k, n = math.prod(shape[:-1]), shape[-1], w.shape[1]
-        flat = emit(op.reshape(x, [m, k])) if len(shape) > 2 else x
-        h, kh = m // 2, k // 2
-
-        def block(r, c):
-            return emit(op.strided_slice(flat, [0, 1], [r * h, c * kh], [(r + 1) * h, (c + 1) * kh]))
-
-        a11, a12, a21, a22 = block(0, 0), block(0, 1), block(1, 0), block(1, 1)
-        add, sub = (lambda a, b: emit(op.add(a, b))), (lambda a, b: emit(op.subtract(a, b)))
-        lefts = [add(a11, a22), add(a21, a22), a11, a22, add(a11, a12), sub(a21, a11), sub(a12, a22)]
-        p1, p2, p3, p4, p5, p6, p7 = (emit(op.matmul(a, array_constant(b))) for a, b in zip(lefts, weight_sums(w)))
-        top = op.concat([op.add(op.add(p1, p4), op.subtract(p7, p5)), op.add(p3, p5)], axis=1)
-        bottom = op.concat([op.add(p2, p4), op.add(op.subtract(p1, p2), op.add(p3, p6))], axis=1)
-        out = op.concat([top, bottom], axis=0)
-        return op.reshape(out, [*shape[:-1], n]) if len(shape) > 2 else out
+        flat = bb.emit(relax.op.reshape(x, [m, k])) if len(shape) > 2 else x
+        lefts = topi_accel.strassen_lefts_func(m // 2, k // 2, dtype)
+        stacked = bb.emit(
+            kernel_call(bb, lefts, "strassen_lefts", IMPL, [flat], relax.TensorType([7, m // 2, k // 2], dtype))
+        )
+        products = bb.emit(relax.op.matmul(stacked, array_constant(np.stack(weight_sums(w)))))
+        combine = topi_accel.strassen_combine_func(tuple(shape[:-1]), m // 2, n, dtype)
+        return kernel_call(bb, combine, "strassen_combine", IMPL, [products], relax.TensorType([*shape[:-1], n], dtype))
 
 
 @tvm.transform.module_pass(opt_level=0, name="Strassen")

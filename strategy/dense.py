@@ -3,13 +3,16 @@
 A matmul whose right operand is a 2-D [in, out] matrix is a dense layer:
 PyTorch's nn.Linear arrives as ``matmul(x, permute_dims(W))``, which is
 exactly that once the transpose of the constant W is folded. A matmul of two
-batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn.
+batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn; one whose
+right operand is a constant batch [B, K, N] (Strassen's seven products,
+accel_target.strassen) a batch_dense_kn, its weights packed at compile time.
 """
 
 from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import relax
 
 import topi_accel
@@ -71,6 +74,32 @@ def dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return _call(bb, func, dims, "dense_kn", [x, packed], relax.TensorType([*rows, n], dtype))
 
     return on_rows(bb, data, k, n, cfg, dense_kn)
+
+
+def batch_dense_condition(call: relax.Call) -> str | None:
+    """batch_dense_kn.accel takes float32 x [B, M, K] @ w [B, K, N] with w a constant (B
+    weights, packed at compile time) and every extent static."""
+    data, weight = call.args
+    if not isinstance(weight, tvm.ir.expr.Constant):
+        return "the right operand is not a constant (batch_dense_kn packs its weights at compile time)"
+    data_shape, weight_shape = static_shape(data), static_shape(weight)
+    if data_shape is None or len(data_shape) != 3 or len(weight_shape) != 3:
+        return f"operands {data_shape} x {weight_shape} are not [B, M, K] x [B, K, N] of static extents"
+    if data_shape[0] != weight_shape[0] or data_shape[2] != weight_shape[1]:
+        return f"operands {data_shape} x {weight_shape} differ in the batch or the inner dimension"
+    return dtype_reason(call, SUPPORTED_DTYPES)
+
+
+@register("relax.matmul", "batch_dense_kn.accel", condition=batch_dense_condition, plevel=11)
+def batch_dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Pack the B weights (each as dense_kn's) and call the kernel."""
+    data, weight = call.args
+    (batch, m, k), n = static_shape(data), static_shape(weight)[2]
+    dtype = str(data.ty.dtype)
+    cfg = topi_accel.dense_config(m, n)
+    packed = pack_weight(bb, weight, "BKN", "BKN", topi_accel.batch_weight_pack_map(cfg))
+    func = topi_accel.batch_dense_kn_func(batch, m, k, n, cfg, dtype)
+    return _call(bb, func, KernelDims(), "batch_dense_kn", [data, packed], relax.TensorType([batch, m, n], dtype))
 
 
 def batch_matmul_condition(call: relax.Call) -> str | None:

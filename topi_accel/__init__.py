@@ -27,9 +27,12 @@ from .conv2d import (
 )
 from .dense import (
     DenseConfig,
+    batch_dense_kn,
+    batch_dense_kn_func,
     batch_matmul_config,
     batch_matmul_kn,
     batch_matmul_kn_func,
+    batch_weight_pack_map,
     check_dense,
     dense_config,
     dense_kn,
@@ -41,6 +44,7 @@ from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from .knobs import CPUKnobs, cpu_knobs
 from .prefetch import insert_prefetches
+from .strassen import strassen_combine_func, strassen_lefts_func
 from .wholetiles import whole_tiles
 from .winograd import (
     WinogradConfig,
@@ -56,9 +60,12 @@ from .workshare import claim_iterations
 vectorizable.register()  # TVM 0.27 leaves round-half-to-even scalar (topi_accel/vectorizable.py)
 
 __all__ = [
+    "batch_dense_kn",
+    "batch_dense_kn_func",
     "batch_matmul_config",
     "batch_matmul_kn",
     "batch_matmul_kn_func",
+    "batch_weight_pack_map",
     "CPUKnobs",
     "Conv2DConfig",
     "Conv2DGeometry",
@@ -89,6 +96,8 @@ __all__ = [
     "whole_tiles",
     "schedule_conv2d_nhwc_ohwi",
     "schedule_dense_kn",
+    "strassen_combine_func",
+    "strassen_lefts_func",
     "tune_conv2d",
     "tuning",
     "weight_pack_map",

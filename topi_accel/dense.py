@@ -10,6 +10,8 @@ Schedule: parallel over (column block, row block) with the column block
 outermost, so a weight panel stays in cache while all rows stream past it; a
 register tile of ``m_block`` rows x ``n_block`` columns accumulates over K; each
 row block prefetches its share of the next panel (`topi_accel.prefetch`).
+`batch_dense_kn` is B such products, each with its own weight, in one kernel: the
+weights packed ``[B, N/nb, K, nb]``, the matrix outermost in the parallel loop.
 """
 
 from __future__ import annotations
@@ -147,6 +149,35 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]], name="dense_kn")
 
 
+def batch_weight_pack_map(cfg: DenseConfig) -> IndexMap:
+    """[B, K, N] -> packed [B, N/nb, K, nb] as an IndexMap (pad N with zeros): each matrix
+    as `weight_pack_map` packs it, their panels one after the other."""
+    nb = cfg.n_block
+    return IndexMap.from_func(lambda p, k, n: [p, n // nb, k, n % nb])
+
+
+def batch_dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig) -> te.Tensor:
+    """B products at once, each with its own weight: data [B, M, K] @ weights [B, K, N]
+    packed by `batch_weight_pack_map` ([B, ceil(N / nb), K, nb]), all extents static.
+    Returns [B, M, N] named "dense_kn" (its register tile "dense_kn_acc"), so that it is
+    scheduled, prefetched and takes epilogues as `dense_kn` does."""
+    bs, m, k = (int(v) for v in data.shape)
+    mb, nb = cfg.m_block, cfg.n_block
+    expected = (bs, round_up(n, nb) // nb, k, nb)
+    if tuple(int(v) for v in packed_weight.shape) != expected:
+        raise ValueError(
+            f"batch_dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}"
+        )
+    rk = te.reduce_axis((0, k), name="rk")
+    acc = te.compute(
+        (bs, round_up(m, mb), round_up(n, nb)),
+        # rows past M (tail tile) re-read the last row; the write-back drops them
+        lambda p, i, j: te.sum(data[p, tirx.min(i, m - 1), rk] * packed_weight[p, j // nb, rk, j % nb], axis=rk),
+        name="dense_kn_acc",
+    )
+    return te.compute((bs, m, n), lambda p, i, j: acc[p, i, j], name="dense_kn")
+
+
 def keeps_rows(rows, cfg: DenseConfig) -> bool:
     """Whether `dense_kn` takes data with these leading (row) axes as they are: one axis, or
     several with ``cfg.m_block`` dividing the last (a register tile never spans two) and
@@ -209,6 +240,18 @@ def dense_kn_func(
     data = te.placeholder((*rows, k), dtype, name="data")
     weight = te.placeholder((round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight")
     return schedule_dense_kn(prim_func([data, weight], dense_kn(data, weight, n, cfg)), n, cfg)
+
+
+@functools.lru_cache(maxsize=256)
+def batch_dense_kn_func(batch: int, m: int, k: int, n: int, cfg: DenseConfig, dtype: str = "float32"):
+    """The scheduled PrimFunc (data [B, M, K], packed_weight) -> out [B, M, N] of
+    `batch_dense_kn`: parallel over (matrix, column block, row block), each row block
+    prefetching its share of the next panel, as `dense_kn`."""
+    data = te.placeholder((batch, m, k), dtype, name="data")
+    weight = te.placeholder(
+        (batch, round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight"
+    )
+    return schedule_dense_kn(prim_func([data, weight], batch_dense_kn(data, weight, n, cfg)), n, cfg)
 
 
 def batch_matmul_config(

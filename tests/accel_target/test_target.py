@@ -104,6 +104,7 @@ def test_importing_twice_is_harmless():
         assert_close(run_relax(matmul_module(x, w, True), [x]), x @ w)
     assert [d.implementation for d in log] == ["dense_kn.accel"]
     assert [i.name for i in strategy.implementations("relax.matmul")] == [
+        "batch_dense_kn.accel",
         "dense_kn.accel",
         "batch_matmul_kn.accel",
         "dense_kn_int8.accel",

@@ -33,10 +33,14 @@ def _check_report(executable, report):
     # the report agrees with what the executable calls
     for implementation, kernel in CONV_KERNELS.items():
         assert _executable_calls(executable, kernel) == sum(r.kernel == implementation for r in convs)
-    assert _executable_calls(executable, "dense_kn") == len(dense)
+    # (Strassen's products of a large dense layer: three kernels, batch_dense_kn's seven products
+    # and its two of sums, accel_target.strassen)
+    strassen = [r for r in rows if r.kernel in ("batch_dense_kn.accel", "strassen.accel")]
+    assert _executable_calls(executable, "dense_kn") - _executable_calls(executable, "batch_dense_kn") == len(dense)
+    assert _executable_calls(executable, "batch_dense_kn") + _executable_calls(executable, "strassen_") == len(strassen)
     batched = [r for r in rows if r.kernel == "batch_matmul_kn.accel"]
     assert _executable_calls(executable, "batch_matmul_kn") == len(batched)
-    assert report.kernels.accel == len(convs) + len(dense) + len(batched) == report.count("accel")
+    assert report.kernels.accel == len(convs) + len(dense) + len(strassen) + len(batched) == report.count("accel")
     assert report.kernels.weight_transforms == 0
     return convs, dense
 

@@ -72,4 +72,22 @@ def test_batched_matmul_runs_on_batch_matmul_kn(shapes):
         out = run_relax(mod, [a, b])
     assert_close(out, a @ b)
     assert [d.implementation for d in log] == ["batch_matmul_kn.accel"]
-    assert log[0].skipped[0][0] == "dense_kn.accel"
+    assert [name for name, _ in log[0].skipped] == ["batch_dense_kn.accel", "dense_kn.accel"]
+    assert "not a constant" in log[0].skipped[0][1]
+
+
+@pytest.mark.parametrize("weight_batch", [3, 1], ids=["batch", "broadcast"])
+def test_a_batch_of_constant_weights_runs_on_batch_dense_kn(weight_batch):
+    """Packed at compile time (no layout transform runs), each as dense_kn packs one; a
+    weight broadcast over the data's batch is not taken (TVM's kernel computes it)."""
+    a, w = rand(3, 7, 33), rand(weight_batch, 33, 40)
+    mod = matmul_module(a, w, const_weight=True)
+    with accel_target.recording() as log:
+        out = run_relax(mod, [a])
+    assert_close(out, a @ w)
+    if weight_batch == 3:
+        assert [d.implementation for d in log] == ["batch_dense_kn.accel"]
+        assert not any("layout_transform" in name for name in called_kernels(legalized(mod)))
+    else:
+        reason = "operands [3, 7, 33] x [1, 33, 40] differ in the batch or the inner dimension"
+        assert ("batch_dense_kn.accel", reason) in log[0].skipped

@@ -162,3 +162,32 @@ def test_batch_matmul_kn_keeps_batch_axes(batch):
         cfg = topi_accel.batch_matmul_config(m, n)
     out = run_primfunc(topi_accel.batch_matmul_kn_func(batch, m, k, n, cfg), [a, b], (*batch, m, n), target)
     assert_close(out, (a @ b).reshape(*batch, m, n))
+
+
+# (batch, M, K, N): Strassen's seven products of BERT-base's FFN on 128 rows, and tails (N past
+# a column block, M past a row tile, one row)
+BATCH_DENSE_SHAPES = [(7, 64, 384, 1536), (3, 7, 33, 17), (2, 97, 64, 1000), (4, 1, 16, 40)]
+
+
+@pytest.mark.parametrize("target", [*isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1core")])
+@pytest.mark.parametrize("shape", BATCH_DENSE_SHAPES, ids=str)
+def test_batch_dense_kn(shape, target):
+    """B products, each with its own weight packed as dense_kn packs one."""
+    bs, m, k, n = shape
+    x, w = rand(bs, m, k), rand(bs, k, n)
+    target = tvm.target.Target(target)
+    with target:
+        cfg = topi_accel.dense_config(m, n)
+    packed = pack(w, topi_accel.batch_weight_pack_map(cfg))
+    assert packed.shape == (bs, -(-n // cfg.n_block), k, cfg.n_block)
+    out = run_primfunc(topi_accel.batch_dense_kn_func(bs, m, k, n, cfg), [x, packed], (bs, m, n), target)
+    assert_close(out, x @ w)
+
+
+def test_batch_dense_kn_rejects_weights_packed_otherwise():
+    with tvm.target.Target("accel"):
+        cfg = topi_accel.dense_config(8, 64)
+    data = tvm.te.placeholder((2, 8, 16), name="data")
+    weight = tvm.te.placeholder((2, 64 // cfg.n_block, 16, cfg.n_block + 1), name="w")
+    with pytest.raises(ValueError, match="batch_dense_kn: packed weight shape"):
+        topi_accel.batch_dense_kn(data, weight, 64, cfg)
