@@ -51,6 +51,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 import topi_accel
 from strategy.dispatch import kernel_call
 from strategy.layout import array_constant, constant_array, static_shape
+from topi_accel.knobs import cpu_knobs
 
 from .transforms import MATMUL, _op_name, _resolve, _rewrite_functions
 
@@ -99,12 +100,13 @@ class _Strassen(PyExprMutator):
         bb, shape, dtype = self.builder_, static_shape(x), str(x.ty.dtype)
         m, k, n = math.prod(shape[:-1]), shape[-1], w.shape[1]
         flat = bb.emit(relax.op.reshape(x, [m, k])) if len(shape) > 2 else x
-        lefts = topi_accel.strassen_lefts_func(m // 2, k // 2, dtype)
+        parallel = cpu_knobs().parallel  # (of the target in scope)
+        lefts = topi_accel.strassen_lefts_func(m // 2, k // 2, dtype, parallel)
         stacked = bb.emit(
             kernel_call(bb, lefts, "strassen_lefts", IMPL, [flat], relax.TensorType([7, m // 2, k // 2], dtype))
         )
         products = bb.emit(relax.op.matmul(stacked, array_constant(np.stack(weight_sums(w)))))
-        combine = topi_accel.strassen_combine_func(tuple(shape[:-1]), m // 2, n, dtype)
+        combine = topi_accel.strassen_combine_func(tuple(shape[:-1]), n, dtype, parallel)
         return kernel_call(bb, combine, "strassen_combine", IMPL, [products], relax.TensorType([*shape[:-1], n], dtype))
 
 

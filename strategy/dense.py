@@ -97,7 +97,7 @@ def batch_dense_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr
     (batch, m, k), n = static_shape(data), static_shape(weight)[2]
     dtype = str(data.ty.dtype)
     cfg = topi_accel.dense_config(m, n)
-    packed = pack_weight(bb, weight, "BKN", "BKN", topi_accel.batch_weight_pack_map(cfg))
+    packed = pack_weight(bb, weight, "BKN", "BKN", topi_accel.weight_pack_map(cfg, batch_axes=1))
     func = topi_accel.batch_dense_kn_func(batch, m, k, n, cfg, dtype)
     return _call(bb, func, KernelDims(), "batch_dense_kn", [data, packed], relax.TensorType([batch, m, n], dtype))
 

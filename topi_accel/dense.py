@@ -113,10 +113,11 @@ def _row_tiles(m: int, n_block: int, knobs) -> tuple[DenseConfig, DenseConfig | 
     return divisor, replace(divisor, m_block=full) if pads_little(m, full) else None
 
 
-def weight_pack_map(cfg: DenseConfig) -> IndexMap:
-    """[K, N] -> packed [N/nb, K, nb] as an IndexMap (pad N with zeros)."""
+def weight_pack_map(cfg: DenseConfig, batch_axes: int = 0) -> IndexMap:
+    """[*batch, K, N] -> packed [*batch, N/nb, K, nb] as an IndexMap (pad N with zeros): with
+    `batch_axes` leading axes, each matrix packed so, one after the other (`batch_dense_kn`)."""
     nb = cfg.n_block
-    return IndexMap.from_func(lambda k, n: [n // nb, k, n % nb])
+    return IndexMap.from_func(lambda *b, k, n: [*b, n // nb, k, n % nb], ndim=batch_axes + 2)
 
 
 def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig):
@@ -149,16 +150,9 @@ def dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig
     return te.compute((*rows, n), lambda *i: acc[ravel_index(i[:-1], rows), i[-1]], name="dense_kn")
 
 
-def batch_weight_pack_map(cfg: DenseConfig) -> IndexMap:
-    """[B, K, N] -> packed [B, N/nb, K, nb] as an IndexMap (pad N with zeros): each matrix
-    as `weight_pack_map` packs it, their panels one after the other."""
-    nb = cfg.n_block
-    return IndexMap.from_func(lambda p, k, n: [p, n // nb, k, n % nb])
-
-
 def batch_dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: DenseConfig) -> te.Tensor:
     """B products at once, each with its own weight: data [B, M, K] @ weights [B, K, N]
-    packed by `batch_weight_pack_map` ([B, ceil(N / nb), K, nb]), all extents static.
+    packed by `weight_pack_map(cfg, 1)` ([B, ceil(N / nb), K, nb]), all extents static.
     Returns [B, M, N] named "dense_kn" (its register tile "dense_kn_acc"), so that it is
     scheduled, prefetched and takes epilogues as `dense_kn` does."""
     bs, m, k = (int(v) for v in data.shape)

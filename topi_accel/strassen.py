@@ -6,6 +6,8 @@ left operands stacked, [7, h, k]:
     A11 + A22, A21 + A22, A11, A22, A11 + A12, A21 - A11, A12 - A22
 
 in one pass over x, parallel over the blocks' rows (LLVM vectorizes the inner loop).
+Serial for a target of one core; and like every accel kernel, one of little work may run
+without threads (the build's SerialSmallKernels).
 
 strassen_combine: from the seven products [7, h, n/2], the result [*rows, n] (rows' product
 2h) of the four blocks C11 = P1 + P4 - P5 + P7, C12 = P3 + P5, C21 = P2 + P4, C22 = P1 - P2 +
@@ -24,6 +26,7 @@ and a bias, 166 us for 3072, a bias and GELU.
 from __future__ import annotations
 
 import functools
+import math
 
 from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
@@ -33,29 +36,32 @@ from .symbolic import prim_func
 
 
 @functools.lru_cache(maxsize=64)
-def strassen_lefts_func(h: int, k: int, dtype: str = "float32") -> tirx.PrimFunc:
-    """The PrimFunc (x [2h, 2k]) -> lefts [7, h, k]."""
+def strassen_lefts_func(h: int, k: int, dtype: str = "float32", parallel: bool = True) -> tirx.PrimFunc:
+    """The PrimFunc (x [2h, 2k]) -> lefts [7, h, k], its rows parallel if `parallel`."""
 
     h, k = T.int64(h), T.int64(k)  # the index type of the kernels TE makes (shared launches compare shapes)
 
     @T.prim_func(s_tir=True)
     def strassen_lefts(x: T.Buffer((2 * h, 2 * k), dtype), lefts: T.Buffer((T.int64(7), h, k), dtype)):
         T.func_attr({"tirx.noalias": True})
-        for i in T.parallel(h):
-            for j in range(k):
-                with T.sblock("strassen_lefts"):
-                    r, c = T.axis.remap("SS", [i, j])
-                    T.reads(x[r : h + r + 1, c : k + c + 1])
-                    T.writes(lefts[0:7, r, c])
-                    lefts[0, r, c] = x[r, c] + x[h + r, k + c]
-                    lefts[1, r, c] = x[h + r, c] + x[h + r, k + c]
-                    lefts[2, r, c] = x[r, c]
-                    lefts[3, r, c] = x[h + r, k + c]
-                    lefts[4, r, c] = x[r, c] + x[r, k + c]
-                    lefts[5, r, c] = x[h + r, c] - x[r, c]
-                    lefts[6, r, c] = x[r, k + c] - x[h + r, k + c]
+        for i, j in T.grid(h, k):
+            with T.sblock("strassen_lefts"):
+                r, c = T.axis.remap("SS", [i, j])
+                T.reads(x[r : h + r + 1, c : k + c + 1])
+                T.writes(lefts[0:7, r, c])
+                lefts[0, r, c] = x[r, c] + x[h + r, k + c]
+                lefts[1, r, c] = x[h + r, c] + x[h + r, k + c]
+                lefts[2, r, c] = x[r, c]
+                lefts[3, r, c] = x[h + r, k + c]
+                lefts[4, r, c] = x[r, c] + x[r, k + c]
+                lefts[5, r, c] = x[h + r, c] - x[r, c]
+                lefts[6, r, c] = x[r, k + c] - x[h + r, k + c]
 
-    return strassen_lefts
+    if not parallel:
+        return strassen_lefts
+    sch = s_tir.Schedule(strassen_lefts)
+    sch.parallel(sch.get_loops(sch.get_sblock("strassen_lefts"))[0])
+    return sch.mod["main"]
 
 
 def strassen_combine(products: te.Tensor, rows: tuple[int, ...], n: int) -> te.Tensor:
@@ -79,9 +85,10 @@ def strassen_combine(products: te.Tensor, rows: tuple[int, ...], n: int) -> te.T
     return te.compute((*rows, n), element, name="strassen_combine")
 
 
-def schedule_strassen_combine(func: tirx.PrimFunc, h: int, nh: int) -> tirx.PrimFunc:
-    """Rows parallel; in each, the two quadrants' columns one after the other, each a loop
-    of its own (unrolled quadrant loops: the selections above fold away, LLVM vectorizes)."""
+def schedule_strassen_combine(func: tirx.PrimFunc, h: int, nh: int, parallel: bool = True) -> tirx.PrimFunc:
+    """Rows parallel (if `parallel`); in each, the two quadrants' columns one after the other,
+    each a loop of its own (unrolled quadrant loops: the selections above fold away, LLVM
+    vectorizes)."""
     sch = s_tir.Schedule(func)
     block = sch.get_sblock("strassen_combine")
     *row_loops, c = sch.get_loops(block)
@@ -89,14 +96,22 @@ def schedule_strassen_combine(func: tirx.PrimFunc, h: int, nh: int) -> tirx.Prim
     qr, i = sch.split(r, [2, h])
     qc, j = sch.split(c, [2, nh])
     sch.reorder(i, qr, qc, j)
-    sch.parallel(i)
+    if parallel:
+        sch.parallel(i)
     sch.unroll(qr)
     sch.unroll(qc)
     return sch.mod["main"]
 
 
 @functools.lru_cache(maxsize=64)
-def strassen_combine_func(rows: tuple[int, ...], h: int, n: int, dtype: str = "float32") -> tirx.PrimFunc:
-    """The scheduled PrimFunc (products [7, h, n/2]) -> out [*rows, n]."""
-    products = te.placeholder((7, h, n // 2), dtype, name="products")
-    return schedule_strassen_combine(prim_func([products], strassen_combine(products, rows, n)), h, n // 2)
+def strassen_combine_func(
+    rows: tuple[int, ...], n: int, dtype: str = "float32", parallel: bool = True
+) -> tirx.PrimFunc:
+    """The scheduled PrimFunc (products [7, h, n/2]) -> out [*rows, n], h half the rows'
+    product (rows and n even)."""
+    m = math.prod(rows)
+    if m % 2 or n % 2:
+        raise ValueError(f"strassen_combine: rows {list(rows)} ({m}) and outputs {n} must be even")
+    products = te.placeholder((7, m // 2, n // 2), dtype, name="products")
+    func = prim_func([products], strassen_combine(products, rows, n))
+    return schedule_strassen_combine(func, m // 2, n // 2, parallel)

@@ -20,7 +20,7 @@ MATMUL = ["relax.matmul"]
 
 def _products(mod, target) -> int:
     """The matrix products of the matmuls left after the pass, run with `target` in scope (a
-    batch of seven weights counts seven)."""
+    batch of seven weights counts seven, a 2-D weight one: the product of no batch axes)."""
     with tvm.target.Target(target):
         calls = calls_of(Strassen()(mod), MATMUL)
     return sum(math.prod(int(d) for d in list(call.args[1].ty.shape)[:-2]) for call in calls)
@@ -50,6 +50,8 @@ def test_a_large_product_runs_as_seven_and_matches_numpy(target):
     mod = _dense(x, w, bias)
     assert _products(mod, target) == 7
     executable = accel_target.build(mod, target=target)
+    fused = {r.op for r in accel_target.report(executable).rows if r.kernel == "fused into strassen.accel"}
+    assert "relax.add" in fused and any("erf" in op for op in fused)  # the bias and GELU (its erf)
     y = x.astype(np.float64) @ w + bias
     reference = y * 0.5 * (1 + scipy.special.erf(y / np.sqrt(2)))
     assert_close(run_executable(executable, x), reference.astype(np.float32))
@@ -59,6 +61,17 @@ def test_a_large_product_runs_as_seven_and_matches_numpy(target):
 def test_it_takes_products_of_128_rows_on_every_isa(isa):
     assert _products(_dense(rand(128, 768), rand(768, 768)), ISAS[isa]) == 7
     assert _products(_dense(rand(2, 64, 768), rand(768, 768)), ISAS[isa]) == 7
+
+
+def test_a_single_core_target_gets_serial_sums():
+    """Like every accel kernel, the two kernels of sums use threads only where the target has
+    several cores."""
+    mod = _dense(rand(128, 768), rand(768, 768))
+    for cores in (1, 2):
+        target = {"tag": "accel", "mcpu": "haswell", "num-cores": cores}
+        with tvm.target.Target(target):
+            kernels = [f for f in Strassen()(mod).functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+        assert len(kernels) == 2 and all(("T.parallel" in f.script()) == (cores > 1) for f in kernels)
 
 
 @pytest.mark.parametrize(
@@ -100,11 +113,12 @@ def test_a_product_of_two_activations_or_of_symbolic_rows_stays_as_it_is():
 @pytest.mark.parametrize("target", isa_params("avx512", "avx2"))
 def test_a_bert_layer_with_its_products_in_strassens_form_matches_pytorch(target):
     """The benchmark's BERT-base layer on 256 rows (2 x 128 tokens): its four products with
-    constant weights in Strassen's form, on accel's dense kernel, against PyTorch."""
+    constant weights in Strassen's form, each a batch_dense_kn of seven, against PyTorch."""
     torch.manual_seed(0)
     model, x = bert_encoder(layers=1).eval(), torch.randn(2, 128, 768)
     executable = accel_target.build(accel_target.from_torch(model, (x,)), target=target)
-    products = [r for r in accel_target.report(executable).rows if r.op == "relax.matmul" and "7, " in r.inputs[1]]
+    rows = [r for r in accel_target.report(executable).rows if r.op == "relax.matmul"]
+    products = [r for r in rows if r.inputs[0].startswith("float32[7, 128, ")]  # (the halves of 256 rows)
     assert len(products) == 4 and all(r.kernel == "batch_dense_kn.accel" for r in products)
     with torch.no_grad():
         assert_close(run_executable(executable, x.numpy()), model(x).numpy())

@@ -178,7 +178,7 @@ def test_batch_dense_kn(shape, target):
     target = tvm.target.Target(target)
     with target:
         cfg = topi_accel.dense_config(m, n)
-    packed = pack(w, topi_accel.batch_weight_pack_map(cfg))
+    packed = pack(w, topi_accel.weight_pack_map(cfg, batch_axes=1))
     assert packed.shape == (bs, -(-n // cfg.n_block), k, cfg.n_block)
     out = run_primfunc(topi_accel.batch_dense_kn_func(bs, m, k, n, cfg), [x, packed], (bs, m, n), target)
     assert_close(out, x @ w)
