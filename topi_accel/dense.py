@@ -157,7 +157,7 @@ def batch_dense_kn(data: te.Tensor, packed_weight: te.Tensor, n: int, cfg: Dense
     scheduled, prefetched and takes epilogues as `dense_kn` does."""
     bs, m, k = (int(v) for v in data.shape)
     mb, nb = cfg.m_block, cfg.n_block
-    expected = (bs, round_up(n, nb) // nb, k, nb)
+    expected = (bs, ceil_div(n, nb), k, nb)
     if tuple(int(v) for v in packed_weight.shape) != expected:
         raise ValueError(
             f"batch_dense_kn: packed weight shape {list(packed_weight.shape)} != expected {list(expected)}"
@@ -242,9 +242,7 @@ def batch_dense_kn_func(batch: int, m: int, k: int, n: int, cfg: DenseConfig, dt
     `batch_dense_kn`: parallel over (matrix, column block, row block), each row block
     prefetching its share of the next panel, as `dense_kn`."""
     data = te.placeholder((batch, m, k), dtype, name="data")
-    weight = te.placeholder(
-        (batch, round_up(n, cfg.n_block) // cfg.n_block, k, cfg.n_block), dtype, name="packed_weight"
-    )
+    weight = te.placeholder((batch, ceil_div(n, cfg.n_block), k, cfg.n_block), dtype, name="packed_weight")
     return schedule_dense_kn(prim_func([data, weight], batch_dense_kn(data, weight, n, cfg)), n, cfg)
 
 

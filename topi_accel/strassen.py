@@ -47,8 +47,6 @@ def strassen_lefts_func(h: int, k: int, dtype: str = "float32", parallel: bool =
         for i, j in T.grid(h, k):
             with T.sblock("strassen_lefts"):
                 r, c = T.axis.remap("SS", [i, j])
-                T.reads(x[r : h + r + 1, c : k + c + 1])
-                T.writes(lefts[0:7, r, c])
                 lefts[0, r, c] = x[r, c] + x[h + r, k + c]
                 lefts[1, r, c] = x[h + r, c] + x[h + r, k + c]
                 lefts[2, r, c] = x[r, c]
