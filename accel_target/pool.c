@@ -138,6 +138,9 @@ static void claim_tasks(int by_worker) {
     int num_task = atomic_load_explicit(&pool.num_task, memory_order_relaxed);
     int task = (int)(uint32_t)word;
     if (task >= num_task) return;
+    /* a job published while held is the caller's alone: a worker woken for an earlier job
+     * finds it open but leaves it (`held` is set before the job opens) */
+    if (by_worker && atomic_load_explicit(&pool.held, memory_order_relaxed)) return;
     atomic_thread_fence(memory_order_acquire); /* fields of a job published since: the claim fails */
     if (atomic_compare_exchange_weak_explicit(&pool.claims, &word, word + 1, memory_order_acq_rel,
                                               memory_order_relaxed))
@@ -203,6 +206,7 @@ static void* worker(void* arg) {
       sched_setaffinity(0, sizeof allowed_cpus, &allowed_cpus); /* undo wake_elsewhere */
     }
     seen = atomic_load_explicit(&pool.published, memory_order_acquire);
+    ACCEL_POOL_STRETCH(); /* a worker woken late: the job it was woken for may be over */
     leave_callers_core();
     claim_tasks(1);
   }

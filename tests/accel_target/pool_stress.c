@@ -9,6 +9,11 @@
  * With "no-workers" after the rounds, the pool's worker does not start (pthread_create
  * fails, as in a process that may start no more threads): the caller runs every task.
  *
+ * With "held" after the rounds, the second launch of each round is one of two tasks that
+ * do not meet, task 0 taking 100 us, made while the workers are held (accel_pool_hold): the
+ * worker, woken by the first launch and reaching it late, must run none of its tasks. "by both threads" then counts the held
+ * launches the worker took part in.
+ *
  * Every launch must run each of its tasks exactly once, with the job's own data, and end.
  * Prints "launches L, by both threads B" and exits 0; or exits 1 naming the first wrong
  * launch; or 2 if a launch does not end within TIMEOUT_S seconds (a task waits at a barrier
@@ -63,6 +68,18 @@ static int one_task(int task, group_env* env, void* cdata) {
   return 0;
 }
 
+/* Task 0 takes 100 us: the job stays open for a worker that comes late. */
+static int slow_first_task(int task, group_env* env, void* cdata) {
+  count_run(task, env, cdata);
+  if (task == 0) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do clock_gettime(CLOCK_MONOTONIC, &now);
+    while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 100000);
+  }
+  return 0;
+}
+
 static int meeting_tasks(int task, group_env* env, void* cdata) {
   count_run(task, env, cdata);
   accel_parallel_barrier(task, env);
@@ -104,12 +121,24 @@ static int launch_and_check(parallel_lambda f, int num_task, int launch) {
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 2000;
   refuse_threads = argc > 2 && strcmp(argv[2], "no-workers") == 0;
+  int held = argc > 2 && strcmp(argv[2], "held") == 0;
   setenv("TVM_NUM_THREADS", "2", 1);
   signal(SIGALRM, on_timeout);
   alarm(TIMEOUT_S);
   int both = 0;
   for (int round = 0; round < rounds; ++round) {
     if (!launch_and_check(one_task, 1, 2 * round)) return 1;
+    if (held) {
+      long before[4], after[4];
+      accel_pool_stats(before);
+      accel_pool_hold(1);
+      int tasks = launch_and_check(slow_first_task, 2, 2 * round + 1);
+      accel_pool_hold(0);
+      accel_pool_stats(after);
+      if (tasks != 2) return 1;
+      both += after[3] != before[3];
+      continue;
+    }
     int tasks = launch_and_check(meeting_tasks, 0, 2 * round + 1);
     if (!tasks) return 1;
     both += tasks == 2;
