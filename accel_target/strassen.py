@@ -23,7 +23,9 @@ product's sums with the previous one's GELU, computing it again per use (1.9 ms 
 16 with AVX2 code). Against e55f67a, `bench_ab.py --base e55f67a --models bert_base_2layers
 [--mcpu haswell] --rounds 40`, 2 threads, Zen 5, gave B / A 0.918 with AVX2 code and 0.923
 with AVX-512 (there e55f67a took no Strassen at 128 rows: three A/Bs of its form had found
-0.98x-1.01x the time).
+0.98x-1.01x the time). On Zen 4, whose 512-bit FMAs run at the 256-bit rate, BERT-2L with
+AVX-512 took 0.992 of the time without it (`bench_ab.py --set
+accel_target.strassen.MIN_FEATURES=100000 --rounds 40`, 68b098c): little, but no loss.
 
 Taken at MIN_ROWS rows and MIN_FEATURES inputs and outputs. Measured as a product with its
 bias and GELU alone (plain / Strassen, ms, three timings each, 2 threads, Zen 5), AVX2 code:
