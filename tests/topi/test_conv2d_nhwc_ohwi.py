@@ -85,6 +85,17 @@ def test_conv2d_nhwc_ohwi_target_variants(shape, target):
         assert not cfg.parallel
 
 
+# a depthwise conv over 1 MB of input, each ISA's tiles: AVX2 takes two vectors of channels
+# (a cache line of each pixel), at stride 1 and 2, with a 5x5 kernel too (EfficientNet)
+@pytest.mark.parametrize("target", isa_params(), ids=str)
+@pytest.mark.parametrize("stride, k", [(1, 3), (2, 3), (1, 5)])
+def test_depthwise_conv_over_a_large_image(target, stride, k):
+    shape = (1, 64, 64, 64, 64, k, stride, k // 2, 1, 64)
+    out, ref, cfg = _run(shape, target)
+    assert_close(out, ref)
+    assert cfg.oc_block == (16 if target == ISAS["avx2"] else cfg.lanes), cfg
+
+
 # every loop order x channel block, strided and not, asymmetric padding (a padded copy of the
 # input; depthwise tests the border in the tile loop instead: SHAPES has those)
 @pytest.mark.parametrize("channels_outer", [True, False])
@@ -223,11 +234,18 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 geo = topi_accel.conv2d_geometry((1, width, width, 96), (576, 1, 1, 96), 1, 0)
                 cfg = topi_accel.conv2d_config(geo)
                 assert width != 14 or (cfg.ow_block, cfg.oc_block) == (2, 40), cfg
-        # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the width
+        # depthwise (MobileNetV2's widths): one vector of channels, up to 8 columns dividing the
+        # width; where a vector is half a cache line (AVX2) and the input 1 MB or more, two
+        # vectors (a whole line of each pixel) of 4 columns, 2 at stride 2
         for width in (112, 56, 28, 14, 7):
-            geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), 1, 1, groups=96)
-            cfg = topi_accel.conv2d_config(geo)
-            assert cfg.oc_block == knobs.lanes and width % cfg.ow_block == 0 and cfg.ow_block <= 8, (width, cfg)
+            for stride in (1, 2):
+                geo = topi_accel.conv2d_geometry((1, width, width, 96), (96, 3, 3, 1), stride, 1, groups=96)
+                cfg = topi_accel.conv2d_config(geo)
+                if knobs.lanes * 4 == 32 and 4 * width * width * 96 >= (1 << 20):
+                    assert (cfg.oc_block, cfg.ow_block) == (16, 4 if stride == 1 else 2), (width, stride, cfg)
+                else:
+                    assert cfg.oc_block == knobs.lanes and cfg.ow_block <= 8, (width, stride, cfg)
+                    assert geo.out_w % cfg.ow_block == 0, (width, stride, cfg)
 
 
 # _flat_rows(pixels, rows, vectors): pick_block's tile where it divides the pixels (the pixels
