@@ -11,8 +11,8 @@
  *
  * With "held" after the rounds, the second launch of each round is one of two tasks that
  * do not meet, task 0 taking 100 us, made while the workers are held (accel_pool_hold): the
- * worker, woken by the first launch and reaching it late, must run none of its tasks. "by both threads" then counts the held
- * launches the worker took part in.
+ * worker, woken by the first launch and reaching it late, must run none of its tasks. "by
+ * both threads" then counts the held launches the worker took part in.
  *
  * Every launch must run each of its tasks exactly once, with the job's own data, and end.
  * Prints "launches L, by both threads B" and exits 0; or exits 1 naming the first wrong
