@@ -185,15 +185,8 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
         # a database written before the row chunks: the tuner timed each kernel alone, where
         # they do not show, so the chunks are the heuristic's for the loop order it chose
         return replace(cfg, row_chunks=_row_chunks(geo, dtype, cfg.channels_outer, knobs, cfg.columns_parallel))
-    two = 2 * knobs.lanes
     if geo.groups > 1 and geo.groups == geo.in_c and geo.out_c % knobs.lanes == 0:
-        # depthwise: one vector of channels, up to 8 columns (a tap's input column serves up
-        # to kw of them). Against two vectors of 6 or 4 columns, 2 threads: AVX2 14x14x384
-        # 17.9 -> 10.8 us, 7x7x960 15.0 -> 6.6, 28x28x192 24.3 -> 18.9; AVX-512 112x112x32
-        # 59.7 -> 44.5, 56x56x144 55.2 -> 48.6
-        oc_block, ow_block = knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
-        if _depthwise_whole_lines(geo, dtype, knobs):
-            oc_block, ow_block = two, pick_block(geo.out_w, 4 if geo.stride[1] == 1 else 2)
+        oc_block, ow_block = _depthwise_tile(geo, dtype, knobs)
     elif geo.groups == 1:
         # the packed kernel is zero-padded up to a multiple of oc_block: dense_kn's columns
         # (three vectors where they divide the channels, 96 -> 48, else two, 64 -> 32; the
@@ -220,6 +213,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
     else:
         # grouped: channel o reads input group o // (O / groups), so no padding (whole
         # vectors when the channels allow)
+        two = 2 * knobs.lanes
         whole = [b for b in (two, knobs.lanes) if geo.out_c % b == 0]
         oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
         ow_block = pick_block(geo.out_w, knobs.tile_rows(oc_block))
@@ -455,28 +449,34 @@ FLAT_MAX_IMAGE_BYTES = 16 << 20
 # Output columns of a depthwise conv's register tile, at most.
 DEPTHWISE_MAX_COLUMNS = 8
 # Bytes of an input image from which a depthwise conv whose vector is half a cache line (AVX2, float32)
-# takes two vectors of channels, a whole 64-byte line of each pixel (`_depthwise_whole_lines`).
+# takes two vectors of channels, a whole line of each pixel (`_depthwise_tile`).
 DEPTHWISE_LINE_MIN_BYTES = 1 << 20
+CACHE_LINE_BYTES = 64
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).
 MAX_UNROLLED_TAPS = 49
 CHANNELS_INNER_MIN_OUTPUT_PIXELS = 28 * 28
 
 
-def _depthwise_whole_lines(geo: Conv2DGeometry, dtype: str, knobs) -> bool:
-    """Whether a depthwise conv takes two vectors of channels, a whole 64-byte cache line of
-    each pixel, in 4 columns (2 at stride 2): where a vector is half a line and the image is
-    large (DEPTHWISE_LINE_MIN_BYTES or more), the input rows one block of channels sweeps
-    leave L1 before the next block comes back for the lines' other halves. Tuned alone with
-    AVX2 code (2 threads, Zen 4, us): 112x112x32 46 in two vectors of 4 columns, 56x56x144
-    62 (one vector of 8: 74-88), 56x56x144/2 27 in two of 2, 112x112x96/2 57; from
-    28x28x192 (602 KB) on, one vector of 7 columns is the best. MobileNetV2 with AVX2 code:
-    0.965 of the time (`bench_ab.py --base 082f6e3 --models mobilenet_v2 --mcpu haswell
-    --rounds 40`)."""
+def _depthwise_tile(geo: Conv2DGeometry, dtype: str, knobs) -> tuple[int, int]:
+    """(oc_block, ow_block) of a depthwise conv: one vector of channels, up to 8 columns (a
+    tap's input column serves up to kw of them). Against two vectors of 6 or 4 columns, 2
+    threads: AVX2 14x14x384 17.9 -> 10.8 us, 7x7x960 15.0 -> 6.6, 28x28x192 24.3 -> 18.9;
+    AVX-512 112x112x32 59.7 -> 44.5, 56x56x144 55.2 -> 48.6.
+
+    But where a vector is half a cache line (AVX2, float32) and the image is large
+    (DEPTHWISE_LINE_MIN_BYTES or more), two vectors, a whole line of each pixel, in 4 columns
+    (2 at stride 2): the input rows one block of channels sweeps leave L1 before the next
+    block comes back for the lines' other halves. Tuned alone with AVX2 code (2 threads, Zen
+    4, us): 112x112x32 46 in two vectors of 4 columns, 56x56x144 62 (one vector of 8:
+    74-88), 56x56x144/2 27 in two of 2, 112x112x96/2 57; from 28x28x192 (602 KB) on, one
+    vector of 7 columns is the best. MobileNetV2 with AVX2 code: 0.965 of the time
+    (`bench_ab.py --base 082f6e3 --models mobilenet_v2 --mcpu haswell --rounds 40`)."""
     itemsize = tvm.DataType(dtype).itemsize
+    two = 2 * knobs.lanes
     image_bytes = itemsize * geo.in_h * geo.in_w * geo.in_c  # one image: the batch loop is outside
-    return (
-        knobs.lanes * itemsize == 32 and geo.out_c % (2 * knobs.lanes) == 0 and image_bytes >= DEPTHWISE_LINE_MIN_BYTES
-    )
+    if two * itemsize == CACHE_LINE_BYTES and geo.out_c % two == 0 and image_bytes >= DEPTHWISE_LINE_MIN_BYTES:
+        return two, pick_block(geo.out_w, 4 if geo.stride[1] == 1 else 2)
+    return knobs.lanes, pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS)
 
 
 def _channels_outer(geo: Conv2DGeometry, dtype: str) -> bool:

@@ -34,12 +34,13 @@
 #define TIMEOUT_S 60
 #endif
 
-static void stretch(void) {
+static void busy_wait(long ns) {
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
   do clock_gettime(CLOCK_MONOTONIC, &now);
-  while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < STRETCH_NS);
+  while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < ns);
 }
+static void stretch(void) { busy_wait(STRETCH_NS); }
 #define ACCEL_POOL_STRETCH() stretch()
 
 static int refuse_threads;
@@ -71,12 +72,7 @@ static int one_task(int task, group_env* env, void* cdata) {
 /* Task 0 takes 100 us: the job stays open for a worker that comes late. */
 static int slow_first_task(int task, group_env* env, void* cdata) {
   count_run(task, env, cdata);
-  if (task == 0) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    do clock_gettime(CLOCK_MONOTONIC, &now);
-    while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 100000);
-  }
+  if (task == 0) busy_wait(100000);
   return 0;
 }
 
