@@ -18,9 +18,10 @@ from . import pipeline as _pipeline
 from . import target as _target
 from .deploy import AccelExecutable, load, save
 from .frontend import from_onnx, from_torch
-from .pipeline import build, optimize, report, tune
+from .pipeline import build, optimize, report
 from .reporting import Report
 from .target import host_cores, host_cpu, is_accel, machine, num_threads, target_config
+from .tuner import tune
 
 _target.register()
 _strategy.install()

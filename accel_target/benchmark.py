@@ -62,10 +62,20 @@ CONTENDERS = ("tvm", "torch", "onnxruntime")
 ROUNDS = 3
 
 
-def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat: int, progress=lambda m: None) -> dict:
+def compare(
+    path: str,
+    mod: tvm.IRModule,
+    inputs: list[dict],
+    contenders,
+    repeat: int,
+    progress=lambda m: None,
+    tuning_db: str | None = None,
+) -> dict:
     """Median ms of accel and each contender on random inputs of the model's signature, and
     accel's speed-up over each: each runtime in a process of its own, taking turns ROUNDS times
-    (median of the rounds' medians; speed-up: median of the rounds' ratios, `timing.speedups`)."""
+    (median of the rounds' medians; speed-up: median of the rounds' ratios, `timing.speedups`).
+    With `tuning_db`, "accel, tuned" (accel built with that database's configs) is one more
+    contender: accel's speed-up over it above 1 means the tuned configs made the model slower."""
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         raise ValueError(f"unknown contender(s) {unknown}; supported: {', '.join(CONTENDERS)}")
@@ -77,10 +87,13 @@ def compare(path: str, mod: tvm.IRModule, inputs: list[dict], contenders, repeat
     arrays = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in inputs]
     with tempfile.TemporaryDirectory(prefix="accel_bench_") as tmp:
         data = save_inputs(os.path.join(tmp, "inputs.npz"), arrays)
-        progress("building for accel")
-        save(build(mod), os.path.join(tmp, "accel.so"))
-        specs = {"accel": {"kind": "accel", "path": os.path.join(tmp, "accel.so"), "inputs": data}}
-        repeats = {"accel": repeat}
+        specs, repeats = {}, {}
+        for name, db in [("accel", None)] + ([("accel, tuned", tuning_db)] if tuning_db is not None else []):
+            progress(f"building for accel{f' with the configs of {db}' if db else ''}")
+            library = os.path.join(tmp, f"{name.replace(', ', '_')}.so")
+            save(build(mod, tuning_db=db), library)
+            specs[name] = {"kind": "accel", "path": library, "inputs": data}
+            repeats[name] = repeat
         for name in contenders:
             if name == "tvm":
                 progress("building with stock TVM (target llvm)")

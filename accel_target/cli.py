@@ -4,8 +4,8 @@
                       [--weights separate]
     accel-tvm run OUT.so --input x.npy [...] [--output y.npy]
     accel-tvm report MODEL
-    accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--plot out.png]
-    accel-tvm tune MODEL --db tuning.json [--limit N]   (then compile --tuning-db tuning.json)
+    accel-tvm bench MODEL [--vs tvm,torch,onnxruntime] [--tuning-db tuning.json] [--plot out.png]
+    accel-tvm tune MODEL --db tuning.json [--limit N]   (then bench --tuning-db, compile --tuning-db)
     accel-tvm demo
 
 MODEL is an ONNX file (.onnx) or a program saved with torch.export.save (.pt2).
@@ -144,11 +144,15 @@ def cmd_report(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .pipeline import tune
+    from .tuner import tune
 
     mod, _ = _load(args.model, args.input_layout)
     _progress(f"tuning every accel conv2d (up to {args.limit or 'all'} candidates each) into {args.db}")
     db = tune(mod, args.db, input_layout=args.input_layout, limit=args.limit, progress=_progress)
+    _progress(
+        f"accel with and without them, each in a process of its own: accel-tvm bench {args.model} --vs ''"
+        f" --tuning-db {args.db}"
+    )
     print(
         json.dumps({"db": args.db, "entries": len(db.entries)})
         if args.json
@@ -162,7 +166,9 @@ def cmd_bench(args) -> int:
 
     mod, inputs = _load(args.model, None)
     contenders = [c.strip() for c in args.vs.split(",") if c.strip()]
-    results = benchmark.compare(args.model, mod, inputs, contenders, args.repeat, progress=_progress)
+    results = benchmark.compare(
+        args.model, mod, inputs, contenders, args.repeat, progress=_progress, tuning_db=args.tuning_db
+    )
     if args.plot:
         benchmark.plot(results, args.plot, title=os.path.basename(args.model))
         _progress(f"wrote {args.plot}")
@@ -248,9 +254,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)",
     )
     sub.add_argument("--repeat", type=_positive, default=20, help="timed runs per contender (default 20)")
+    sub.add_argument(
+        "--tuning-db",
+        help="also time accel built with this tuning database ('accel-tvm tune'): 'accel, tuned'",
+    )
     sub.add_argument("--plot", help="also write a bar chart to this PNG file")
 
-    sub = command("tune", cmd_tune, "grid-search the schedule of every accel conv2d of MODEL, save the best")
+    sub = command(
+        "tune", cmd_tune, "grid-search the schedule of every accel conv2d of MODEL in the model, save what it keeps"
+    )
     sub.add_argument("model", help="an .onnx file or a torch.export .pt2 file")
     sub.add_argument("--db", required=True, help="JSON tuning database to create or extend")
     sub.add_argument("--input-layout", choices=["NCHW", "NHWC"], help=layout_help)

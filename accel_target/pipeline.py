@@ -39,9 +39,7 @@ import tvm
 from tvm import relax
 from tvm.relax.backend import cpu_generic
 
-import strategy.conv2d
 import topi_accel
-from strategy import select
 from strategy import strict as strict_mode
 from strategy.registry import attempt, decline, keep, provisional_declines, recording_declines, suspended
 
@@ -477,33 +475,6 @@ def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, ou
     if any(d.step == "FuseOps" for d in declines):  # declined: the module was left unfused
         groups = []
     return done["kernels"], Report.of_modules(done["graph"], done["legalize"], groups, declines)
-
-
-def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=None, limit=None, number=5, progress=None):
-    """Grid-search the schedule of every distinct conv2d_nhwc_ohwi conv of `mod`; save the winners in `db`.
-
-    db: path of the JSON tuning database (created, or extended: shapes it holds are skipped).
-    limit: at most this many candidates per shape (the heuristic's config is always first).
-    Use the result with ``build(mod, tuning_db=db)``. Returns the TuningDB.
-    """
-    target = tvm.target.Target(target)
-    graph = _graph(mod, params, target, input_layout)
-    database = topi_accel.tuning.TuningDB(db)
-    calls = calls_of(graph, ("relax.nn.conv2d",))
-    with target:
-        # the convs conv2d_nhwc_ohwi gets (conv2d_winograd's have nothing to tune)
-        direct = [c for c in calls if getattr(select(c, target.keys)[0], "name", None) == "conv2d_nhwc_ohwi.accel"]
-        geometries = dict.fromkeys(strategy.conv2d.geometry_of(c) for c in direct)
-        for i, geo in enumerate(geometries, 1):
-            key = topi_accel.conv2d_key(geo, target)
-            if database.get(key) is not None:
-                continue
-            cfg, ms = topi_accel.tune_conv2d(geo, target, number=number, limit=limit)
-            if progress is not None:
-                progress(f"conv2d {i}/{len(geometries)}: {ms:.3f} ms with {cfg}")
-            database.put(key, cfg, ms)
-            database.save()
-    return database
 
 
 def build(

@@ -1,8 +1,9 @@
 """Schedule choices as data: a JSON database of the best config per kernel shape.
 
 The configs come from heuristics on the target's vector width and register
-budget (`conv2d_config`); a tuner (`tune_conv2d`) times the candidates of one
-shape, and a `TuningDB` keeps the winners in a JSON file. While a database is
+budget (`conv2d_config`); `accel_target.tune` times the candidates of a model's convs in
+the model (`tune_conv2d` times one shape's alone), and a `TuningDB` keeps the winners in a
+JSON file. While a database is
 in use (``with using(db):``), `conv2d_config` returns its entry for a shape it
 holds.
 

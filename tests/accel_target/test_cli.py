@@ -151,6 +151,21 @@ def test_bench_table_and_plot(workdir):
     assert (d / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_tune_then_bench_with_and_without_the_tuned_configs(workdir):
+    d, _ = workdir
+    result = accel_tvm("tune", "cnn.onnx", "--db", "tuned.json", "--limit", "2", "--json", cwd=d)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["entries"] >= 1
+    assert "accel-tvm bench cnn.onnx --vs '' --tuning-db tuned.json" in result.stderr
+    result = accel_tvm("bench", "cnn.onnx", "--vs", "", "--tuning-db", "tuned.json", "--repeat", "3", "--json", cwd=d)
+    assert result.returncode == 0, result.stderr
+    rows = {r["runtime"]: r for r in json.loads(result.stdout)["results"]}
+    assert sorted(rows) == ["accel", "accel, tuned"]
+    assert rows["accel, tuned"]["ms"] > 0 and rows["accel, tuned"]["accel_speedup"] > 0
+    missing = accel_tvm("bench", "cnn.onnx", "--vs", "", "--tuning-db", "nothere.json", cwd=d)
+    _error(missing, "nothere.json", "does not exist")
+
+
 def test_torch_export_program(tmp_path):
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)
