@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--vs",
         default="tvm,torch,onnxruntime",
-        help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only)",
+        help="comma-separated: tvm (stock TVM), torch (.pt2 only), onnxruntime (.onnx only); '' for none",
     )
     sub.add_argument("--repeat", type=_positive, default=20, help="timed runs per contender (default 20)")
     sub.add_argument(

@@ -25,7 +25,8 @@ as `build` builds it: the heuristic's configs, every conv's winner and each fami
 set is kept if it is MODEL_MARGIN faster than the heuristic's configs, else the heuristic's.
 The database records every conv tuned, the heuristic's config where it stayed.
 
-Every build is held in memory while they take turns (a copy of the weights each).
+Every build is held in memory while they take turns, a copy of the weights each (built with
+``weights="separate"``: not a second copy in the library).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def _call_shapes(shapes: list[tuple]) -> tuple | None:
 
 
 def _random_inputs(executable) -> list:
+    """Random tensors for main's inputs (`executable_inputs`: not the trailing weights of a
+    build whose weights are separate)."""
     specs = executable_inputs(executable)
     symbolic = [s.name for s in specs if s.shape is None or not all(isinstance(d, int) for d in s.shape)]
     if symbolic:
@@ -142,21 +145,36 @@ def _describe(geo: topi_accel.Conv2DGeometry) -> str:
     return f"{geo.in_h}x{geo.in_w}x{geo.in_c}->{geo.out_c} {geo.kh}x{geo.kw}/{geo.stride[0]}{grouped}"
 
 
-def model_times(vms: dict, inputs: list, turns: int, runs: int) -> dict[str, list[float]]:
+def model_times(vms: dict, turns: int, runs: int) -> dict[str, list[float]]:
     """{name: median ms of `runs` runs of main in each of `turns` turns} of the VMs `vms`
-    ({name: VirtualMachine}), taking turns (each turn starting one VM later)."""
+    ({name: (VirtualMachine, main's arguments)}), taking turns (each turn starting one VM later)."""
     names = list(vms)
     times: dict[str, list[float]] = {name: [] for name in names}
     for turn in range(turns):
         for name in names[turn % len(names) :] + names[: turn % len(names)]:
-            vms[name]["main"](*inputs)
+            vm, args = vms[name]
+            vm["main"](*args)
             runs_ms = []
             for _ in range(runs):
                 start = time.perf_counter()
-                vms[name]["main"](*inputs)
+                vm["main"](*args)
                 runs_ms.append((time.perf_counter() - start) * 1e3)
             times[name].append(float(np.median(runs_ms)))
     return times
+
+
+def _winner_sets(heuristic: dict, changed: dict) -> dict[str, dict]:
+    """{name: {conv: config}} the whole model is timed with: the heuristic's configs, every
+    changed conv's winner, and where the winners are of several families each family's alone."""
+    sets = {"the heuristic's": heuristic, "every conv's winner": {**heuristic, **changed}}
+    families = sorted({_family(g) for g in changed})
+    if len(families) > 1:
+        for family in families:
+            sets[f"the {family} convs' winners"] = {
+                **heuristic,
+                **{g: c for g, c in changed.items() if _family(g) == family},
+            }
+    return sets
 
 
 def direct_convs(mod: tvm.IRModule, params, target: tvm.target.Target, input_layout=None) -> list:
@@ -211,29 +229,34 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
                 builds_db.put(key[g], config, 0.0)
             builds_db.save()
             with contextlib.nullcontext() if shared_launches else launches.disabled():
-                executable = build(mod, params, target=target, input_layout=input_layout, tuning_db=path)
-            return executable, relax.VirtualMachine(executable, tvm.cpu())
+                executable = build(
+                    mod, params, target=target, input_layout=input_layout, tuning_db=path, weights="separate"
+                )
+            # (the weights outside the library: one copy of them a build, not two)
+            return executable, relax.VirtualMachine(executable, tvm.cpu()), executable.weights
 
         # 1. every candidate in the model, its kernels timed one by one
         def candidate(g, build_index):
             return build_index if build_index < len(candidates[g]) else 0
 
         builds = max(len(candidates[g]) for g in convs)
-        vms = []
+        vms = []  # (VM, its main's arguments)
         for k in range(builds):
-            executable, vm = build_with({g: candidates[g][candidate(g, k)] for g in convs}, shared_launches=False)
+            executable, vm, weights = build_with(
+                {g: candidates[g][candidate(g, k)] for g in convs}, shared_launches=False
+            )
             if k == 0:
                 inputs = _random_inputs(executable)  # a symbolic input shape fails here, before the other builds
-            vms.append(vm)
+            vms.append((vm, inputs + weights))
             say(f"build {k + 1}/{builds}: every conv's candidate {k + 1} (or the heuristic's)")
-        for vm in vms:
-            vm["main"](*inputs)  # first runs allocate
+        for vm, args in vms:
+            vm["main"](*args)  # first runs allocate
         times: dict = {g: {} for g in convs}  # conv -> candidate index -> ms of each turn
         for turn in range(PASSES):
             for k in [(turn + i) % builds for i in range(builds)]:  # each turn starts one build later
-                for g, ms in conv_times(vms[k], inputs, timed, number).items():
+                for g, ms in conv_times(*vms[k], timed, number).items():
                     times[g].setdefault(candidate(g, k), []).append(ms)
-        del vms
+        del vms, vm, args, executable, weights  # the builds of the first stage
         winners = {g: choose(times[g]) for g in convs}
         for g in [g for g in convs if winners[g] is None]:
             say(f"conv2d {_describe(g)}: no kernel call showed it in the model; it keeps the heuristic's config")
@@ -243,20 +266,14 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
         # configs against every conv's winner, and against each family's winners alone
         heuristic = {g: candidates[g][0] for g in convs}
         changed = {g: candidates[g][winners[g]] for g in convs if winners[g] != 0}
-        sets = {"the heuristic's": heuristic}
-        if changed:
-            sets["every conv's winner"] = {**heuristic, **changed}
-            families = sorted({_family(g) for g in changed})
-            if len(families) > 1:
-                for family in families:
-                    sets[f"the {family} convs' winners"] = {
-                        **heuristic,
-                        **{g: c for g, c in changed.items() if _family(g) == family},
-                    }
         kept = heuristic
         if changed:
-            vms = {name: build_with(configs, shared_launches=True)[1] for name, configs in sets.items()}
-            whole = model_times(vms, inputs, 3 * PASSES, 2 * number)
+            sets = _winner_sets(heuristic, changed)
+            runs = {}
+            for name, configs in sets.items():
+                _, vm, weights = build_with(configs, shared_launches=True)
+                runs[name] = (vm, inputs + weights)
+            whole = model_times(runs, 3 * PASSES, 2 * number)
             base = np.array(whole["the heuristic's"])
             ratios = {name: float(np.median(np.array(ms) / base)) for name, ms in whole.items()}
             best = min(ratios, key=ratios.get)

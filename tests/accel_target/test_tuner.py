@@ -72,7 +72,7 @@ def _fake_times(monkeypatch, fastest_set: str):
         index = builds.setdefault(id(vm), len(builds))  # the first turn takes the builds in order
         return {g: 1.0 if index == 1 else 2.0 for g in convs.values()}
 
-    def model_times(vms, inputs, turns, runs):
+    def model_times(vms, turns, runs):
         assert "the heuristic's" in vms and "every conv's winner" in vms
         return {name: [0.8 if name == fastest_set else 1.0] * turns for name in vms}
 
