@@ -32,6 +32,7 @@ Every build is held in memory while they take turns, a copy of the weights each 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -49,6 +50,7 @@ from . import launches
 from .deploy import executable_inputs
 from .pipeline import _graph, build
 from .reporting import calls_of
+from .timing import median_ms, turn_order
 
 # turns each build takes; a candidate must beat the heuristic's median by this fraction, and
 # a set of them the heuristic's configs in the whole model by MODEL_MARGIN
@@ -147,19 +149,12 @@ def _describe(geo: topi_accel.Conv2DGeometry) -> str:
 
 def model_times(vms: dict, turns: int, runs: int) -> dict[str, list[float]]:
     """{name: median ms of `runs` runs of main in each of `turns` turns} of the VMs `vms`
-    ({name: (VirtualMachine, main's arguments)}), taking turns (each turn starting one VM later)."""
-    names = list(vms)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    ({name: (VirtualMachine, main's arguments)}), taking turns in `timing.turn_order`."""
+    times: dict[str, list[float]] = {name: [] for name in vms}
     for turn in range(turns):
-        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+        for name in turn_order(list(vms), turn):
             vm, args = vms[name]
-            vm["main"](*args)
-            runs_ms = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                vm["main"](*args)
-                runs_ms.append((time.perf_counter() - start) * 1e3)
-            times[name].append(float(np.median(runs_ms)))
+            times[name].append(median_ms(functools.partial(vm["main"], *args), runs))
     return times
 
 
@@ -253,7 +248,7 @@ def tune(mod: tvm.IRModule, db, params=None, *, target="accel", input_layout=Non
             vm["main"](*args)  # first runs allocate
         times: dict = {g: {} for g in convs}  # conv -> candidate index -> ms of each turn
         for turn in range(PASSES):
-            for k in [(turn + i) % builds for i in range(builds)]:  # each turn starts one build later
+            for k in turn_order(list(range(builds)), turn):
                 for g, ms in conv_times(*vms[k], timed, number).items():
                     times[g].setdefault(candidate(g, k), []).append(ms)
         del vms, vm, args, executable, weights  # the builds of the first stage
