@@ -248,6 +248,7 @@ def main() -> int:
 
     sys.path.insert(0, HERE)
     import cpuid_cap
+    import fma_peak
     import torch
     import tvm
 
@@ -259,6 +260,7 @@ def main() -> int:
     contenders = {n: kinds for n, kinds in CONTENDERS.items() if not (args.no_stock_tvm and n == "stock_tvm")}
     avx2 = args.mcpu is not None and isa(target_for(args.mcpu)) == "avx2"
     env = {"torch": cpuid_cap.AVX2_ENV, "numpy": NUMPY_AVX2_ENV} if avx2 else {}
+    host_before = fma_peak.tile_shares(threads)
     processes = {name: TimingProcess(name, threads, [HERE], env.get(name)) for name in contenders}
     cases = [(group, kind, case) for group, kind, case in CASES if args.only in group]
     times: dict[str, dict[str, list[float]]] = {group: {} for group, _, _ in cases}
@@ -278,12 +280,13 @@ def main() -> int:
         for process in processes.values():
             process.close()
     ups = {group: speedups(rounds) for group, rounds in times.items()}
+    host = fma_peak.host_note(host_before, fma_peak.tile_shares(threads))
     header = (
         f"{threads} threads for every contender, each in a process of its own, taking turns shape by shape, "
         f"every shape in every round: median of {args.rounds} rounds' medians of {args.repeat} runs "
         f"({STOCK_REPEAT} for stock TVM), speed-ups the median of the rounds' speed-ups; "
         f"CPU {accel_target.machine()}; apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-        f"numpy {np.__version__}{cpuid_cap.note()}"
+        f"numpy {np.__version__}{cpuid_cap.note()}{host}"
     )
     if args.mcpu:
         header += f"; accel and stock TVM built for mcpu={args.mcpu}"

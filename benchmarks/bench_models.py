@@ -40,6 +40,7 @@ if "ACCEL_BENCH_THREADS" in os.environ:  # same knob as the kernel benchmarks
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cpuid_cap  # noqa: E402
+import fma_peak  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
@@ -261,6 +262,7 @@ def main() -> None:
         print(json.dumps(row))
         return
     rows = []
+    host_before = fma_peak.tile_shares(threads)
     for name in args.models.split(","):
         # every model in a fresh process: the one before leaves the heap and the thread pools
         # in a state that slowed the next model's accel runs by up to 1.3x
@@ -279,7 +281,7 @@ def main() -> None:
         f"own, taking turns: median of {args.rounds} rounds' medians of {args.repeat} runs, speed-ups the "
         f"median of the rounds' speed-ups"
     )
-    header += cpuid_cap.note()
+    header += cpuid_cap.note() + fma_peak.host_note(host_before, fma_peak.tile_shares(threads))
     if args.mcpu:
         held = ", ".join(f"{k}={v}" for k, v in cpuid_cap.AVX2_ENV.items())
         header += f"; accel and stock TVM built for mcpu={args.mcpu}"

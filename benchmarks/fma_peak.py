@@ -1,15 +1,26 @@
-"""The FMA peak of this machine: a loop of register-only vector FMAs, on N threads at once.
+"""The FMA peak of this machine, and how much of it a register tile fed from L1 gets, on N threads.
 
     python benchmarks/fma_peak.py [--threads N] [--repeat R]
 
 What the GFLOP/s of the other benchmarks' matrix products and convolutions are read against:
 each thread runs 12 independent chains of fused multiply-adds (enough to cover the FMA latency
 of current x86 cores) on 256-bit vectors where accel's target for this host has AVX2 and FMA,
-and on 512-bit ones where it has AVX-512; no loads, no stores. The threads start together and
-each times its own loop; a run takes the slowest. The C source is compiled as pool.c is
-(`tvm.support.cc`, `CC`, default gcc). Threads: `--threads`, else TVM_NUM_THREADS, else every
-core this process may use. Prints the median and the best of R runs of about 0.2 s, in GFLOP/s
-for all threads together (the host's speed states show as a spread between them).
+and on 512-bit ones where it has AVX-512; no loads, no stores ("registers only").
+
+Then the same widths as a matrix product's inner loop runs them ("tile from L1"): ROWS x 2
+vectors of accumulators (6 x 2 ymm, 12 x 2 zmm), each step loading two vectors of one operand
+and broadcasting ROWS floats of the other, from buffers that fit in L1 (at most 22 KB).
+That is the mix of loads and FMAs accel's kernels run, AVX2 code with twice the loads per FLOP
+of AVX-512 code. Where the tile's rate falls well below the registers-only rate, something on
+the core is taking its load bandwidth (on a VM: the core's other hardware thread, running
+another guest), and AVX2 code loses more there than AVX-512 code: read benchmark figures taken
+in such a state as the host's, not the kernels'.
+
+The threads start together and each times its own loop; a run takes the slowest. The C source
+is compiled as pool.c is (`tvm.support.cc`, `CC`, default gcc). Threads: `--threads`, else
+TVM_NUM_THREADS, else every core this process may use. Prints the median and the best of R runs
+of about 0.2 s, in GFLOP/s for all threads together (the host's speed states show as a spread
+between them).
 """
 
 from __future__ import annotations
@@ -22,6 +33,9 @@ import sys
 import tempfile
 
 CHAINS = 12  # independent FMA chains a thread runs: more than FMA latency x FMA pipes
+TILE_ROWS = {256: 6, 512: 12}  # the tile loop's rows: 2 x rows accumulators, of 16 ymm / 32 zmm
+TILE_STEPS = 128  # the tile loop's steps over its buffers: 11 KB (256-bit) or 22 KB (512-bit)
+LOOPS = ("registers", "tile")
 MAX_THREADS = 256
 SOURCE = r"""
 #include <immintrin.h>
@@ -29,7 +43,7 @@ SOURCE = r"""
 #include <stdatomic.h>
 #include <time.h>
 
-/* CHAINS and MAX_THREADS: defined by the compiler's command line, from the Python names */
+/* CHAINS, TILE_STEPS and MAX_THREADS: defined by the compiler's command line, from the Python names */
 static atomic_int go; /* the threads start their loops together, once all have started */
 typedef struct { long iterations; double seconds; float sink; } job;
 
@@ -59,9 +73,45 @@ static double now(void) {
 FMA_LOOP(loop256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_cvtss_f32)
 FMA_LOOP(loop512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_cvtss_f32)
 
-/* Seconds that the slowest of `threads` threads took for `iterations` steps of CHAINS FMAs on
- * `bits`-bit vectors (the caller knows the CPU has them), or -1 if a thread did not start. */
-double fma_seconds(int threads, long iterations, int bits) {
+/* A thread's loop as a matrix product's inner loop: ROWS x 2 accumulators; each of TILE_STEPS
+ * steps loads two vectors of `b` and broadcasts ROWS floats of `a`, both on this thread's stack
+ * (in L1); an iteration is TILE_STEPS steps. */
+#define TILE_LOOP(NAME, TARGET, VEC, LANES, ROWS, SET1, LOAD, FMADD, ADD, FIRST)        \
+  __attribute__((target(TARGET))) static void* NAME(void* arg) {                       \
+    job* j = arg;                                                                      \
+    _Alignas(64) float a[TILE_STEPS * ROWS], b[TILE_STEPS * 2 * LANES];                \
+    for (int i = 0; i < TILE_STEPS * ROWS; ++i) a[i] = 1e-7f * (i % 7);                \
+    for (int i = 0; i < TILE_STEPS * 2 * LANES; ++i) b[i] = 1e-7f;                     \
+    VEC c[ROWS][2];                                                                    \
+    for (int r = 0; r < ROWS; ++r) c[r][0] = c[r][1] = SET1(0.0f);                     \
+    while (!atomic_load(&go)) _mm_pause();                                             \
+    double start = now();                                                              \
+    for (long i = 0; i < j->iterations; ++i) {                                         \
+      for (int k = 0; k < TILE_STEPS; ++k) {                                           \
+        VEC b0 = LOAD(b + 2 * LANES * k), b1 = LOAD(b + 2 * LANES * k + LANES);        \
+        _Pragma("GCC unroll 64") for (int r = 0; r < ROWS; ++r) {                      \
+          VEC x = SET1(a[ROWS * k + r]);                                               \
+          c[r][0] = FMADD(x, b0, c[r][0]);                                             \
+          c[r][1] = FMADD(x, b1, c[r][1]);                                             \
+        }                                                                              \
+      }                                                                                \
+    }                                                                                  \
+    j->seconds = now() - start;                                                        \
+    for (int r = 1; r < ROWS; ++r) c[0][0] = ADD(c[0][0], ADD(c[r][0], c[r][1]));      \
+    j->sink = FIRST(c[0][0]);                                                          \
+    return NULL;                                                                       \
+  }
+
+TILE_LOOP(tile256, "avx2,fma", __m256, 8, 6, _mm256_set1_ps, _mm256_load_ps, _mm256_fmadd_ps, _mm256_add_ps,
+          _mm256_cvtss_f32)
+TILE_LOOP(tile512, "avx512f", __m512, 16, 12, _mm512_set1_ps, _mm512_load_ps, _mm512_fmadd_ps, _mm512_add_ps,
+          _mm512_cvtss_f32)
+
+/* Seconds that the slowest of `threads` threads took for `iterations` iterations of a loop on
+ * `bits`-bit vectors (the caller knows the CPU has them): the registers-only loop, or the tile
+ * loop if `tile`; -1 if a thread did not start. */
+double fma_seconds(int threads, long iterations, int bits, int tile) {
+  void* (*loop)(void*) = bits == 512 ? (tile ? tile512 : loop512) : (tile ? tile256 : loop256);
   pthread_t tid[MAX_THREADS];
   job jobs[MAX_THREADS];
   if (threads < 1 || threads > MAX_THREADS) return -1;
@@ -69,7 +119,7 @@ double fma_seconds(int threads, long iterations, int bits) {
   int started = 0;
   while (started < threads) {
     jobs[started] = (job){iterations, 0, 0};
-    if (pthread_create(&tid[started], NULL, bits == 512 ? loop512 : loop256, &jobs[started])) break;
+    if (pthread_create(&tid[started], NULL, loop, &jobs[started])) break;
     ++started;
   }
   if (started < threads) /* the started ones wait for `go`: let them go, with nothing to do */
@@ -98,17 +148,22 @@ def widths() -> list[int]:
     return [bits for bits, features in needs if codegen.llvm_cpu_has_features(features, target)]
 
 
-def flops_per_iteration(bits: int) -> int:
-    """FLOP a thread does in one step of its loop: CHAINS FMAs (2 FLOP) on bits / 32 lanes."""
-    return CHAINS * (bits // 32) * 2
+def flops_per_iteration(bits: int, loop: str = "registers") -> int:
+    """FLOP a thread does in one iteration of its loop, 2 an FMA on bits / 32 lanes: CHAINS FMAs
+    (registers only), or TILE_STEPS steps of TILE_ROWS x 2 (the tile loop)."""
+    fmas = CHAINS if loop == "registers" else TILE_STEPS * TILE_ROWS[bits] * 2
+    return fmas * (bits // 32) * 2
 
 
-def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, list[float]]:
-    """{vector bits: GFLOP/s of each of `repeat` runs of about `seconds`} for `widths()`."""
+def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2, loop: str = "registers") -> dict[int, list[float]]:
+    """{vector bits: GFLOP/s of each of `repeat` runs of about `seconds`} for `widths()`, of the
+    registers-only loop or (`loop="tile"`) the tile loop fed from L1."""
     from tvm.support import cc
 
     if not 1 <= threads <= MAX_THREADS:
         raise ValueError(f"fma_peak: threads={threads}; supported: 1 to {MAX_THREADS}")
+    if loop not in LOOPS:
+        raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
     bits_here = widths()
     if not bits_here:
         return {}
@@ -117,24 +172,46 @@ def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2) -> dict[int, 
         source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
         with open(source, "w", encoding="utf-8") as f:
             f.write(SOURCE)
-        options = ["-O2", "-pthread", f"-DCHAINS={CHAINS}", f"-DMAX_THREADS={MAX_THREADS}"]
+        # -O3: at -O2 gcc keeps the tile loop's accumulators in memory
+        options = [
+            "-O3",
+            "-pthread",
+            f"-DCHAINS={CHAINS}",
+            f"-DTILE_STEPS={TILE_STEPS}",
+            f"-DMAX_THREADS={MAX_THREADS}",
+        ]
         cc.create_shared(built, [source], options=options, cc=os.environ.get("CC", "gcc"))
         lib = ctypes.CDLL(built)
     lib.fma_seconds.restype = ctypes.c_double
-    lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int]
+    lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_int]
 
     def gflops(iterations: int, bits: int) -> float:
-        took = lib.fma_seconds(threads, iterations, bits)
+        took = lib.fma_seconds(threads, iterations, bits, loop == "tile")
         if took <= 0:
             raise RuntimeError(f"fma_peak: could not start {threads} threads")
-        return threads * iterations * flops_per_iteration(bits) / took * 1e-9
+        return threads * iterations * flops_per_iteration(bits, loop) / took * 1e-9
 
     results = {}
     for bits in bits_here:
-        rate = gflops(100_000, bits)  # a probe, to size the runs
-        iterations = max(1, int(seconds * rate * 1e9 / threads / flops_per_iteration(bits)))
+        rate = gflops(max(1, 1_000_000 // flops_per_iteration(bits, loop)), bits)  # a probe, to size the runs
+        iterations = max(1, int(seconds * rate * 1e9 / threads / flops_per_iteration(bits, loop)))
         results[bits] = [gflops(iterations, bits) for _ in range(repeat)]
     return results
+
+
+def tile_shares(threads: int, repeat: int = 3, seconds: float = 0.05) -> dict[int, float]:
+    """{vector bits: the tile loop's median rate / the registers-only loop's}, a quick reading
+    (about a second) of how much of the FMA rate the host leaves to loads from L1 now."""
+    tile, registers = (fma_peak(threads, repeat, seconds, loop) for loop in ("tile", "registers"))
+    return {bits: statistics.median(tile[bits]) / statistics.median(registers[bits]) for bits in registers}
+
+
+def host_note(before: dict[int, float], after: dict[int, float]) -> str:
+    """A benchmark header's clause: `tile_shares` before and after its runs ("" without FMA)."""
+    if not before:
+        return ""
+    widths = ", ".join(f"{bits}-bit {before[bits]:.0%} / {after[bits]:.0%}" for bits in before)
+    return f"; fma_peak.py's tile from L1, share of the registers-only rate before / after the runs: {widths}"
 
 
 def main() -> None:
@@ -148,16 +225,22 @@ def main() -> None:
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
     try:
-        results = fma_peak(threads, args.repeat)
+        results = {loop: fma_peak(threads, args.repeat, loop=loop) for loop in LOOPS}
     except ValueError as err:
         parser.error(str(err))
-    if not results:
+    if not results["registers"]:
         sys.exit("no FMA here: accel's target for this host has no AVX2 + FMA")
-    for bits, runs in results.items():
+    for bits, runs in results["registers"].items():
         name = "AVX2 + FMA (256-bit)" if bits == 256 else "AVX-512 (512-bit)"
         print(
-            f"{name}: {statistics.median(runs):.1f} GFLOP/s median, {max(runs):.1f} best "
+            f"{name}, registers only: {statistics.median(runs):.1f} GFLOP/s median, {max(runs):.1f} best "
             f"of {len(runs)} run(s), {threads} thread(s) ({max(runs) / threads:.1f} a thread at best)"
+        )
+        tile = results["tile"][bits]
+        print(
+            f"{name}, {TILE_ROWS[bits]} x 2-vector tile from L1: {statistics.median(tile):.1f} GFLOP/s median, "
+            f"{max(tile):.1f} best ({statistics.median(tile) / statistics.median(runs):.0%} of the registers-only "
+            "median)"
         )
 
 

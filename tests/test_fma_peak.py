@@ -1,9 +1,12 @@
-"""benchmarks/fma_peak.py: the FMA loop compiles, runs on the widths this host runs code for
-and no other, counts its FLOP right and reports a rate within what the threads can do."""
+"""benchmarks/fma_peak.py: both FMA loops (registers only, and the tile fed from L1) compile,
+run on the widths this host runs code for and no other, count their FLOP right and report a
+rate within what the threads can do."""
 
 import importlib.util
 import math
 import pathlib
+
+import pytest
 
 from tests.helpers import runs_here
 
@@ -21,10 +24,19 @@ def test_flops_per_iteration():
     # 12 chains of one FMA (a multiply and an add) on 8 or 16 float32 lanes
     assert fma_peak.flops_per_iteration(256) == 12 * 8 * 2
     assert fma_peak.flops_per_iteration(512) == 12 * 16 * 2
+    # 128 steps of a 6 x 2-vector (ymm) or 12 x 2-vector (zmm) tile of FMAs
+    assert fma_peak.flops_per_iteration(256, "tile") == 128 * 6 * 2 * 8 * 2
+    assert fma_peak.flops_per_iteration(512, "tile") == 128 * 12 * 2 * 16 * 2
 
 
-def test_fma_peak_runs_the_widths_the_host_has():
-    results = fma_peak.fma_peak(threads=2, repeat=2, seconds=0.01)
+def test_fma_peak_names_the_loops_it_has():
+    with pytest.raises(ValueError, match="loop='gemm'; supported: registers, tile"):
+        fma_peak.fma_peak(threads=1, loop="gemm")
+
+
+@pytest.mark.parametrize("loop", fma_peak.LOOPS)
+def test_fma_peak_runs_the_widths_the_host_has(loop):
+    results = fma_peak.fma_peak(threads=2, repeat=2, seconds=0.01, loop=loop)
     expected = {
         bits for bits, cpu in ((256, "haswell"), (512, "skylake-avx512")) if runs_here({"kind": "llvm", "mcpu": cpu})
     }
@@ -32,3 +44,15 @@ def test_fma_peak_runs_the_widths_the_host_has():
     for runs in results.values():
         assert len(runs) == 2
         assert all(math.isfinite(r) and 0 < r < 2 * MOST_GFLOPS_PER_THREAD for r in runs), runs
+
+
+def test_tile_shares_and_the_header_clause():
+    shares = fma_peak.tile_shares(threads=1, repeat=1, seconds=0.01)
+    assert set(shares) == set(fma_peak.widths())
+    # a tile fed from L1 cannot beat the registers-only loop by much (timing noise aside)
+    assert all(0 < share < 1.5 for share in shares.values()), shares
+    assert fma_peak.host_note({256: 0.81, 512: 0.95}, {256: 0.9, 512: 0.96}) == (
+        "; fma_peak.py's tile from L1, share of the registers-only rate before / after the runs: "
+        "256-bit 81% / 90%, 512-bit 95% / 96%"
+    )
+    assert fma_peak.host_note({}, {}) == ""
