@@ -155,15 +155,18 @@ def flops_per_iteration(bits: int, loop: str = "registers") -> int:
     return fmas * (bits // 32) * 2
 
 
-def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2, loop: str = "registers") -> dict[int, list[float]]:
-    """{vector bits: GFLOP/s of each of `repeat` runs of about `seconds`} for `widths()`, of the
-    registers-only loop or (`loop="tile"`) the tile loop fed from L1."""
+def fma_peak(
+    threads: int, repeat: int = 10, seconds: float = 0.2, loops: tuple[str, ...] = LOOPS
+) -> dict[str, dict[int, list[float]]]:
+    """{loop: {vector bits: GFLOP/s of each of `repeat` runs of about `seconds`}} for `widths()`;
+    the loops ("registers", "tile") take turns run by run, so their i-th runs are next in time."""
     from tvm.support import cc
 
     if not 1 <= threads <= MAX_THREADS:
         raise ValueError(f"fma_peak: threads={threads}; supported: 1 to {MAX_THREADS}")
-    if loop not in LOOPS:
-        raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
+    for loop in loops:
+        if loop not in LOOPS:
+            raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
     bits_here = widths()
     if not bits_here:
         return {}
@@ -173,37 +176,46 @@ def fma_peak(threads: int, repeat: int = 10, seconds: float = 0.2, loop: str = "
         with open(source, "w", encoding="utf-8") as f:
             f.write(SOURCE)
         # -O3: at -O2 gcc keeps the tile loop's accumulators in memory
-        options = [
-            "-O3",
-            "-pthread",
-            f"-DCHAINS={CHAINS}",
-            f"-DTILE_STEPS={TILE_STEPS}",
-            f"-DMAX_THREADS={MAX_THREADS}",
-        ]
+        defines = {"CHAINS": CHAINS, "TILE_STEPS": TILE_STEPS, "MAX_THREADS": MAX_THREADS}
+        options = ["-O3", "-pthread"] + [f"-D{name}={value}" for name, value in defines.items()]
         cc.create_shared(built, [source], options=options, cc=os.environ.get("CC", "gcc"))
         lib = ctypes.CDLL(built)
     lib.fma_seconds.restype = ctypes.c_double
     lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_int]
 
-    def gflops(iterations: int, bits: int) -> float:
+    def gflops(loop: str, bits: int, iterations: int) -> float:
         took = lib.fma_seconds(threads, iterations, bits, loop == "tile")
         if took <= 0:
             raise RuntimeError(f"fma_peak: could not start {threads} threads")
         return threads * iterations * flops_per_iteration(bits, loop) / took * 1e-9
 
-    results = {}
+    def sized(loop: str, bits: int) -> int:
+        """Iterations for a run of about `seconds`, from a probe."""
+        flops = flops_per_iteration(bits, loop)
+        rate = gflops(loop, bits, max(1, 1_000_000 // flops))
+        return max(1, int(seconds * rate * 1e9 / threads / flops))
+
+    results = {loop: {} for loop in loops}
     for bits in bits_here:
-        rate = gflops(max(1, 1_000_000 // flops_per_iteration(bits, loop)), bits)  # a probe, to size the runs
-        iterations = max(1, int(seconds * rate * 1e9 / threads / flops_per_iteration(bits, loop)))
-        results[bits] = [gflops(iterations, bits) for _ in range(repeat)]
+        iterations = {loop: sized(loop, bits) for loop in loops}
+        for loop in loops:
+            results[loop][bits] = []
+        for _ in range(repeat):
+            for loop in loops:
+                results[loop][bits].append(gflops(loop, bits, iterations[loop]))
     return results
 
 
-def tile_shares(threads: int, repeat: int = 3, seconds: float = 0.05) -> dict[int, float]:
-    """{vector bits: the tile loop's median rate / the registers-only loop's}, a quick reading
-    (about a second) of how much of the FMA rate the host leaves to loads from L1 now."""
-    tile, registers = (fma_peak(threads, repeat, seconds, loop) for loop in ("tile", "registers"))
-    return {bits: statistics.median(tile[bits]) / statistics.median(registers[bits]) for bits in registers}
+def tile_shares(threads: int, repeat: int = 5, seconds: float = 0.1) -> dict[int, float]:
+    """{vector bits: the median over runs of the tile loop's rate / the registers-only loop's in
+    the run next to it}, a reading (about 2 s) of how much of the FMA rate the host leaves to
+    loads from L1 now. Pairs, not two medians: a run of either loop that the host slows (a thread
+    held off its core) spoils one pair, not the reading."""
+    results = fma_peak(threads, repeat, seconds)
+    return {
+        bits: statistics.median(t / r for t, r in zip(results["tile"][bits], runs))
+        for bits, runs in results.get("registers", {}).items()
+    }
 
 
 def host_note(before: dict[int, float], after: dict[int, float]) -> str:
@@ -225,10 +237,10 @@ def main() -> None:
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: at least 1")
     try:
-        results = {loop: fma_peak(threads, args.repeat, loop=loop) for loop in LOOPS}
+        results = fma_peak(threads, args.repeat)
     except ValueError as err:
         parser.error(str(err))
-    if not results["registers"]:
+    if not results:
         sys.exit("no FMA here: accel's target for this host has no AVX2 + FMA")
     for bits, runs in results["registers"].items():
         name = "AVX2 + FMA (256-bit)" if bits == 256 else "AVX-512 (512-bit)"
@@ -239,8 +251,8 @@ def main() -> None:
         tile = results["tile"][bits]
         print(
             f"{name}, {TILE_ROWS[bits]} x 2-vector tile from L1: {statistics.median(tile):.1f} GFLOP/s median, "
-            f"{max(tile):.1f} best ({statistics.median(tile) / statistics.median(runs):.0%} of the registers-only "
-            "median)"
+            f"{max(tile):.1f} best ({statistics.median(t / r for t, r in zip(tile, runs)):.0%} of the "
+            "registers-only rate, median of the runs side by side)"
         )
 
 
