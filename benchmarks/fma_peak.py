@@ -11,10 +11,11 @@ Then the same widths as a matrix product's inner loop runs them ("tile from L1")
 vectors of accumulators (6 x 2 ymm, 12 x 2 zmm), each step loading two vectors of one operand
 and broadcasting ROWS floats of the other, from buffers that fit in L1 (at most 22 KB).
 That is the mix of loads and FMAs accel's kernels run, AVX2 code with twice the loads per FLOP
-of AVX-512 code. Where the tile's rate falls well below the registers-only rate, something on
-the core is taking its load bandwidth (on a VM: the core's other hardware thread, running
-another guest), and AVX2 code loses more there than AVX-512 code: read benchmark figures taken
-in such a state as the host's, not the kernels'.
+of AVX-512 code. A tile's rate well below the registers-only rate is a host whose cores leave
+loads less bandwidth than usual (on a VM, perhaps the core's other hardware thread running
+another guest, which this guest cannot see); AVX2 code lost more than AVX-512 code in such a
+state (benchmarks/README.md, 2026-12-03), and benchmark figures taken then say as much about the
+host as about the kernels.
 
 The threads start together and each times its own loop; a run takes the slowest. The C source
 is compiled as pool.c is (`tvm.support.cc`, `CC`, default gcc). Threads: `--threads`, else
@@ -169,7 +170,7 @@ def fma_peak(
             raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
     bits_here = widths()
     if not bits_here:
-        return {}
+        return {loop: {} for loop in loops}
 
     with tempfile.TemporaryDirectory(prefix="accel_fma_") as scratch:
         source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
@@ -214,7 +215,7 @@ def tile_shares(threads: int, repeat: int = 5, seconds: float = 0.1) -> dict[int
     results = fma_peak(threads, repeat, seconds)
     return {
         bits: statistics.median(t / r for t, r in zip(results["tile"][bits], runs))
-        for bits, runs in results.get("registers", {}).items()
+        for bits, runs in results["registers"].items()
     }
 
 
@@ -240,7 +241,7 @@ def main() -> None:
         results = fma_peak(threads, args.repeat)
     except ValueError as err:
         parser.error(str(err))
-    if not results:
+    if not results["registers"]:
         sys.exit("no FMA here: accel's target for this host has no AVX2 + FMA")
     for bits, runs in results["registers"].items():
         name = "AVX2 + FMA (256-bit)" if bits == 256 else "AVX-512 (512-bit)"

@@ -47,6 +47,13 @@ def test_fma_peak_runs_the_widths_the_host_has():
             assert all(math.isfinite(r) and 0 < r < 2 * MOST_GFLOPS_PER_THREAD for r in runs), (loop, runs)
 
 
+def test_fma_peak_without_fma_returns_no_rates(monkeypatch):
+    # a host whose target has no AVX2 + FMA: no widths, every loop empty, no share to read
+    monkeypatch.setattr(fma_peak, "widths", lambda: [])
+    assert fma_peak.fma_peak(threads=1) == {"registers": {}, "tile": {}}
+    assert fma_peak.tile_shares(threads=1) == {}
+
+
 def test_tile_shares_and_the_header_clause():
     shares = fma_peak.tile_shares(threads=1, repeat=3, seconds=0.01)
     assert set(shares) == set(fma_peak.widths())
