@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import statistics
 import sys
@@ -47,6 +48,7 @@ SOURCE = r"""
 /* CHAINS, TILE_STEPS and MAX_THREADS: defined by the compiler's command line, from the Python names */
 static atomic_int go; /* the threads start their loops together, once all have started */
 typedef struct { long iterations; double seconds; float sink; } job;
+static float first_sink; /* the first thread's sum of its accumulators' first lanes, last run */
 
 static double now(void) {
   struct timespec t;
@@ -98,6 +100,7 @@ FMA_LOOP(loop512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add
       }                                                                                \
     }                                                                                  \
     j->seconds = now() - start;                                                        \
+    c[0][0] = ADD(c[0][0], c[0][1]); /* every accumulator, or gcc drops its FMAs */    \
     for (int r = 1; r < ROWS; ++r) c[0][0] = ADD(c[0][0], ADD(c[r][0], c[r][1]));      \
     j->sink = FIRST(c[0][0]);                                                          \
     return NULL;                                                                       \
@@ -131,8 +134,12 @@ double fma_seconds(int threads, long iterations, int bits, int tile) {
     pthread_join(tid[t], NULL);
     if (jobs[t].seconds > slowest) slowest = jobs[t].seconds;
   }
+  first_sink = jobs[0].sink;
   return started == threads ? slowest : -1;
 }
+
+/* The first thread's sink of the last run: what its FMAs computed (the tests check it). */
+float fma_first_sink(void) { return first_sink; }
 """
 
 
@@ -156,21 +163,11 @@ def flops_per_iteration(bits: int, loop: str = "registers") -> int:
     return fmas * (bits // 32) * 2
 
 
-def fma_peak(
-    threads: int, repeat: int = 10, seconds: float = 0.2, loops: tuple[str, ...] = LOOPS
-) -> dict[str, dict[int, list[float]]]:
-    """{loop: {vector bits: GFLOP/s of each of `repeat` runs of about `seconds`}} for `widths()`;
-    the loops ("registers", "tile") take turns run by run, so their i-th runs are next in time."""
+@functools.cache
+def library() -> ctypes.CDLL:
+    """SOURCE compiled and loaded (once a process): `fma_seconds(threads, iterations, bits,
+    tile)` and `fma_first_sink()`."""
     from tvm.support import cc
-
-    if not 1 <= threads <= MAX_THREADS:
-        raise ValueError(f"fma_peak: threads={threads}; supported: 1 to {MAX_THREADS}")
-    for loop in loops:
-        if loop not in LOOPS:
-            raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
-    bits_here = widths()
-    if not bits_here:
-        return {loop: {} for loop in loops}
 
     with tempfile.TemporaryDirectory(prefix="accel_fma_") as scratch:
         source, built = os.path.join(scratch, "fma.c"), os.path.join(scratch, "fma.so")
@@ -183,6 +180,26 @@ def fma_peak(
         lib = ctypes.CDLL(built)
     lib.fma_seconds.restype = ctypes.c_double
     lib.fma_seconds.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_int]
+    lib.fma_first_sink.restype = ctypes.c_float
+    lib.fma_first_sink.argtypes = []
+    return lib
+
+
+def fma_peak(
+    threads: int, repeat: int = 10, seconds: float = 0.2, loops: tuple[str, ...] = LOOPS
+) -> dict[str, dict[int, list[float]]]:
+    """{loop: {vector bits: GFLOP/s of each of `repeat` runs of about `seconds`}} for `widths()`;
+    the loops ("registers", "tile") take turns run by run, so their i-th runs are next in time."""
+    if not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"fma_peak: threads={threads}; supported: 1 to {MAX_THREADS}")
+    for loop in loops:
+        if loop not in LOOPS:
+            raise ValueError(f"fma_peak: loop={loop!r}; supported: {', '.join(LOOPS)}")
+    bits_here = widths()
+    if not bits_here:
+        return {loop: {} for loop in loops}
+
+    lib = library()
 
     def gflops(loop: str, bits: int, iterations: int) -> float:
         took = lib.fma_seconds(threads, iterations, bits, loop == "tile")

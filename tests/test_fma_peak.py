@@ -6,6 +6,7 @@ import importlib.util
 import math
 import pathlib
 
+import numpy as np
 import pytest
 
 from tests.helpers import runs_here
@@ -27,6 +28,25 @@ def test_flops_per_iteration():
     # 128 steps of a 6 x 2-vector (ymm) or 12 x 2-vector (zmm) tile of FMAs
     assert fma_peak.flops_per_iteration(256, "tile") == 128 * 6 * 2 * 8 * 2
     assert fma_peak.flops_per_iteration(512, "tile") == 128 * 12 * 2 * 16 * 2
+
+
+@pytest.mark.parametrize("loop", fma_peak.LOOPS)
+def test_the_loops_compute_every_fma_they_count(loop):
+    # what the first thread's accumulators hold after 3 iterations, from numpy: a loop whose
+    # compiler dropped FMAs (an accumulator nothing reads) would time less work than it counts
+    lib, iterations = fma_peak.library(), 3
+    for bits in fma_peak.widths():
+        assert lib.fma_seconds(1, iterations, bits, loop == "tile") > 0
+        if loop == "registers":  # CHAINS chains a = a * c + b, from a = chain number
+            chains = np.arange(fma_peak.CHAINS, dtype=np.float64)
+            for _ in range(iterations):
+                chains = chains * np.float32(0.9999999) + np.float32(1e-7)
+            expected = chains.sum()
+        else:  # ROWS x 2 accumulators of a[step, row] * b (1e-7), a = 1e-7 * (index % 7)
+            rows = fma_peak.TILE_ROWS[bits]
+            a = np.float32(1e-7) * (np.arange(fma_peak.TILE_STEPS * rows) % 7)
+            expected = iterations * 2 * float(np.float32(1e-7)) * a.astype(np.float64).sum()
+        np.testing.assert_allclose(lib.fma_first_sink(), expected, rtol=1e-4, err_msg=f"{loop}, {bits}-bit")
 
 
 def test_fma_peak_names_the_loops_it_has():
