@@ -45,7 +45,8 @@ SOURCE = r"""
 #include <stdatomic.h>
 #include <time.h>
 
-/* CHAINS, TILE_STEPS and MAX_THREADS: defined by the compiler's command line, from the Python names */
+/* CHAINS, TILE_STEPS, TILE_ROWS_256, TILE_ROWS_512 and MAX_THREADS: defined by the compiler's
+ * command line, from the Python names */
 static atomic_int go; /* the threads start their loops together, once all have started */
 typedef struct { long iterations; double seconds; float sink; } job;
 static float first_sink; /* the first thread's sum of its accumulators' first lanes, last run */
@@ -106,9 +107,9 @@ FMA_LOOP(loop512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add
     return NULL;                                                                       \
   }
 
-TILE_LOOP(tile256, "avx2,fma", __m256, 8, 6, _mm256_set1_ps, _mm256_load_ps, _mm256_fmadd_ps, _mm256_add_ps,
+TILE_LOOP(tile256, "avx2,fma", __m256, 8, TILE_ROWS_256, _mm256_set1_ps, _mm256_load_ps, _mm256_fmadd_ps, _mm256_add_ps,
           _mm256_cvtss_f32)
-TILE_LOOP(tile512, "avx512f", __m512, 16, 12, _mm512_set1_ps, _mm512_load_ps, _mm512_fmadd_ps, _mm512_add_ps,
+TILE_LOOP(tile512, "avx512f", __m512, 16, TILE_ROWS_512, _mm512_set1_ps, _mm512_load_ps, _mm512_fmadd_ps, _mm512_add_ps,
           _mm512_cvtss_f32)
 
 /* Seconds that the slowest of `threads` threads took for `iterations` iterations of a loop on
@@ -175,6 +176,7 @@ def library() -> ctypes.CDLL:
             f.write(SOURCE)
         # -O3: at -O2 gcc keeps the tile loop's accumulators in memory
         defines = {"CHAINS": CHAINS, "TILE_STEPS": TILE_STEPS, "MAX_THREADS": MAX_THREADS}
+        defines.update({f"TILE_ROWS_{bits}": rows for bits, rows in TILE_ROWS.items()})
         options = ["-O3", "-pthread"] + [f"-D{name}={value}" for name, value in defines.items()]
         cc.create_shared(built, [source], options=options, cc=os.environ.get("CC", "gcc"))
         lib = ctypes.CDLL(built)
@@ -224,24 +226,26 @@ def fma_peak(
     return results
 
 
+def paired_share(tile: list[float], registers: list[float]) -> float:
+    """The median over runs of the tile loop's rate / the registers-only loop's in the run next
+    to it. Pairs, not two medians: a run of either loop that the host slows (a thread held off
+    its core) spoils one pair, not the share."""
+    return statistics.median(t / r for t, r in zip(tile, registers))
+
+
 def tile_shares(threads: int, repeat: int = 5, seconds: float = 0.1) -> dict[int, float]:
-    """{vector bits: the median over runs of the tile loop's rate / the registers-only loop's in
-    the run next to it}, a reading (about 2 s) of how much of the FMA rate the host leaves to
-    loads from L1 now. Pairs, not two medians: a run of either loop that the host slows (a thread
-    held off its core) spoils one pair, not the reading."""
+    """{vector bits: `paired_share`}, a reading (about 2 s) of how much of the FMA rate the host
+    leaves to loads from L1 now."""
     results = fma_peak(threads, repeat, seconds)
-    return {
-        bits: statistics.median(t / r for t, r in zip(results["tile"][bits], runs))
-        for bits, runs in results["registers"].items()
-    }
+    return {bits: paired_share(results["tile"][bits], runs) for bits, runs in results["registers"].items()}
 
 
 def host_note(before: dict[int, float], after: dict[int, float]) -> str:
     """A benchmark header's clause: `tile_shares` before and after its runs ("" without FMA)."""
     if not before:
         return ""
-    widths = ", ".join(f"{bits}-bit {before[bits]:.0%} / {after[bits]:.0%}" for bits in before)
-    return f"; fma_peak.py's tile from L1, share of the registers-only rate before / after the runs: {widths}"
+    shares = ", ".join(f"{bits}-bit {before[bits]:.0%} / {after[bits]:.0%}" for bits in before)
+    return f"; fma_peak.py's tile from L1, share of the registers-only rate before / after the runs: {shares}"
 
 
 def main() -> None:
@@ -269,7 +273,7 @@ def main() -> None:
         tile = results["tile"][bits]
         print(
             f"{name}, {TILE_ROWS[bits]} x 2-vector tile from L1: {statistics.median(tile):.1f} GFLOP/s median, "
-            f"{max(tile):.1f} best ({statistics.median(t / r for t, r in zip(tile, runs)):.0%} of the "
+            f"{max(tile):.1f} best ({paired_share(tile, runs):.0%} of the "
             "registers-only rate, median of the runs side by side)"
         )
 
