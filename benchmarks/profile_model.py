@@ -14,11 +14,11 @@ timing a kernel alone in a loop hides. The instrument adds a little to every cal
 arguments, and sets that time beside it: the kernel in the caches it just left (its weights
 and input read a moment before), so the ratio is what the model's state of the caches costs
 it in this build. A build whose kernels share launches, the one `accel_target.build` makes, may
-pay less: MobileNetV2's 7x7x960 depthwise conv reads 4-7x here, half that with its channel
-blocks outermost (reading what its own core's 1x1 conv wrote), which left the shipped model's
-time as it was (benchmarks/README.md). The model's outputs in those runs are not its results
-(a kernel that writes over its input reads its own output the second time); only the times are
-kept.
+pay less: MobileNetV2's 7x7x960 depthwise conv reads 7x here (4x with TVM's spinning workers),
+2x with its channel blocks outermost (reading what its own core's 1x1 conv wrote), a change that
+left the shipped model's time as it was (benchmarks/README.md). The model's outputs in those
+runs are not its results (a kernel that writes over its input reads its own output the second
+time); only the times are kept.
 
 `--onnxruntime` sets ONNX Runtime's node profile beside it: the model exported to ONNX, run as
 many times in a process of its own (same threads) with ONNX Runtime's profiler on, each node's
