@@ -1,5 +1,5 @@
 """Hypothesis fuzzing of conv2d (direct and Winograd) and dense configurations through
-tvm.compile(target="accel"), and of the flat pixel tiles of 1x1 convs directly.
+tvm.compile(target="accel"), and of the flat pixel tiles of convs directly.
 
 CI runs ACCEL_FUZZ_EXAMPLES (default 40) examples per test, a quarter of that for Winograd;
 the full run is
@@ -141,21 +141,27 @@ def test_fuzz_winograd(case):
     w=st.integers(1, 9),
     c=st.integers(1, 40),
     o=st.integers(1, 50),
+    kernel=st.integers(1, 3),
+    pad=st.integers(0, 2),
     stride=st.integers(1, 3),
+    dilation=st.integers(1, 2),
     vectors=st.integers(1, 3),
     pixels=st.integers(1, 8),
     chunks=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
-def test_fuzz_flat_pixel_tiles(n, h, w, c, o, stride, vectors, pixels, chunks, seed):
-    """1x1 convs with their tiles along the flattened pixels (`Conv2DConfig.flat`), any tile
-    against any shape: tail tiles, channel tails, strides, several images, chunks of rows
-    (one where they do not divide the rows)."""
-    assume((h - 1) // stride >= 1)  # more than one output row
+def test_fuzz_flat_pixel_tiles(n, h, w, c, o, kernel, pad, stride, dilation, vectors, pixels, chunks, seed):
+    """Convs with their tiles along the flattened pixels (`Conv2DConfig.flat`), any tile
+    against any shape: tail tiles, channel tails, windows of several taps, padding, strides,
+    dilation, several images, chunks of rows (one where they do not divide the rows)."""
+    window = dilation * (kernel - 1) + 1
+    assume(h + 2 * pad >= window and w + 2 * pad >= window)
+    assume((h + 2 * pad - window) // stride >= 1)  # more than one output row
     rng = np.random.default_rng(seed)
-    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal((o, 1, 1, c)).astype("float32")
+    shape = (o, kernel, kernel, c)
+    x, wt = rng.standard_normal((n, h, w, c)).astype("float32"), rng.standard_normal(shape).astype("float32")
     with tvm.target.Target("accel") as target:
-        geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride)
+        geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride, pad, dilation)
         lanes = topi_accel.cpu_knobs(target).lanes
         cfg = topi_accel.Conv2DConfig(vectors * lanes, pixels, lanes, flat=True, row_chunks=chunks)
     packed = pack(wt, topi_accel.kernel_pack_map(cfg))

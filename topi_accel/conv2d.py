@@ -21,7 +21,9 @@ columns, 8 at 14, 28 and 56) runs its tiles along the output pixels in row-major
 (h and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`, `_flat_pointwise_tile`
 says when), channel blocks outermost, the pixels of each chunk of rows flattened on their own:
 a channel block's tiles write its slab of the chunk's flattened output, which the same
-parallel iteration then copies into the output, epilogue included.
+parallel iteration then copies into the output, epilogue included. So does a conv of a wider
+window whose row tile would compute much more than its output (AVX2's 7-wide 3x3 convs: 8
+columns for 7; `_flat_window_tile`), each pixel's window read from the padded input.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm.tirx import IndexMap
 
 from . import tuning
-from .knobs import ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block, round_up
+from .knobs import MAX_PADDED_FRACTION, ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block, round_up
 from .prefetch import prefetch_next_panel
 from .symbolic import extent, prim_func
 from .tiles import register_tile, vectorize_inner
@@ -79,8 +81,9 @@ class Conv2DConfig:
     and in how many chunks of output rows, one after the other, a channel-block-outer loop
     runs (1: the channel blocks split across the threads; one per thread: the rows do, so
     that each thread writes the rows the next kernel's thread reads, `_row_chunks`), and
-    whether a 1x1 conv's tiles run along the flattened output pixels (``ow_block`` pixels
-    then, across the rows of a chunk; `_flat_pointwise_tile`)."""
+    whether the tiles run along the flattened output pixels (``ow_block`` pixels then, across
+    the rows of a chunk; a 1x1 conv's: `_flat_pointwise_tile`, a wider window's:
+    `_flat_window_tile`)."""
 
     oc_block: int
     ow_block: int
@@ -205,6 +208,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
             ow_block, oc_block = _narrow_pointwise_tile(geo.out_w, geo.out_c, knobs) or (ow_block, oc_block)
         accumulators = ow_block * oc_block // knobs.lanes
         flat = _flat_pointwise_tile(geo, dtype, accumulators, knobs)
+        flat = flat or _flat_window_tile(geo, (ow_block, oc_block), dtype, knobs)
         if flat is not None:
             pixels, oc_block, chunks = flat
             return Conv2DConfig(oc_block, pixels, knobs.lanes, knobs.parallel, flat=True, row_chunks=chunks)
@@ -256,11 +260,12 @@ def _uneven_width_tile(geo: Conv2DGeometry, oc_block: int, knobs) -> tuple[int, 
     7x7x512->2048 564 against 581-607 us).
 
     A 3x3 conv with 7-wide rows instead takes 4 columns of three vectors (8 columns and up to
-    16 channels of 512 computed for 7), AVX2 code, 2 threads, Zen 5, alone, us, 7 of one /
-    4 of three (4 of two, 2 of five): 7x7x512->512 1175-1190 / 1102-1117 (1221-1230,
-    1197-1207); 3x3/2 14x14x512->512 1252-1265 / 1133-1146 (1210-1229); 7x7x256->256 312-330
-    / 296-312; 3x3/2 14x14x256->256 344-348 / 319-327; 7x7x384->384 685-693 / 614-627;
-    7x7x160->320 262-274 / 241-244; 7x7x128->128 108-111 / 105-109."""
+    16 channels of 512 computed for 7; `_flat_window_tile` then trades it for a flat tile),
+    AVX2 code, 2 threads, Zen 5, alone, us, 7 of one / 4 of three (4 of two, 2 of five):
+    7x7x512->512 1175-1190 / 1102-1117 (1221-1230, 1197-1207); 3x3/2 14x14x512->512 1252-1265 /
+    1133-1146 (1210-1229); 7x7x256->256 312-330 / 296-312; 3x3/2 14x14x256->256 344-348 /
+    319-327; 7x7x384->384 685-693 / 614-627; 7x7x160->320 262-274 / 241-244; 7x7x128->128
+    108-111 / 105-109."""
     width = geo.out_w
     columns = largest_divisor(width, knobs.accumulators)
     vectors = max(1, knobs.accumulators // columns)
@@ -345,6 +350,12 @@ def flat_pointwise(geo: Conv2DGeometry) -> bool:
     return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and geo.groups == 1 and geo.out_h > 1
 
 
+def flat_tiles(geo: Conv2DGeometry) -> bool:
+    """Whether `geo` can take tiles along its flattened output pixels at all: a conv without
+    groups, of more than one output row (`flat_pointwise` and `_flat_window_tile` say when)."""
+    return geo.groups == 1 and geo.out_h > 1
+
+
 def _flat_rows(pixels: int, rows: int, vectors: int) -> int:
     """The pixels of a flat tile of `vectors` vectors and at most `rows` pixels over `pixels`:
     `pick_block`'s divisor, else, of the tiles of MIN_FMA_CHAINS accumulators or more, the one
@@ -422,6 +433,35 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     return rows, oc_block, chunks  # every accumulator, a chunk's last tile padded
 
 
+def _flat_window_tile(geo: Conv2DGeometry, row_tile: tuple[int, int], dtype: str, knobs) -> tuple[int, int, int] | None:
+    """(pixels, channels, row chunks) of a flat tile for a conv of several taps whose row tile
+    (`row_tile`: columns, channels) computes more than FLAT_WINDOW_ABOVE_WORK times
+    its output (padded columns x padded channels), where a flat tile computes less: `column_block`'s
+    channels, `_flat_rows`' pixels over a chunk; None for a 1x1 conv (`_flat_pointwise_tile`),
+    one with groups, or one whose channel blocks run inner (its flat tiles would have no chunks
+    of rows for the threads).
+
+    AVX2's 7-wide rows (ResNet-50's last stage) take 4 columns of three vectors, 8 columns and
+    528 channels computed for 7 and 512 (`_uneven_width_tile`); flat, 5 pixels of two vectors
+    compute 50 pixels for 49. AVX2 code, 2 threads, Zen 4, 30 turns of 20 calls in one process,
+    median (us, row tile -> flat): 7x7x512->512 1700 -> 1541, 3x3/2 14x14x512->512 1773 -> 1600
+    (the same 4 columns of three, flat: 1614, 1686). Where the row tile pads little, flat tiles
+    gain nothing: 3x3/2 28x28x256->256 (5 of two, 15 columns for 14) 1505 -> 1491 with 6 of two,
+    3x3/2 56x56x128->128 (4 of two) 1427 -> 1437."""
+    if (geo.kh, geo.kw) == (1, 1) or not flat_tiles(geo) or not _channels_outer(geo, dtype):
+        return None
+    columns, oc_block = row_tile
+    work = round_up(geo.out_w, columns) * round_up(geo.out_c, oc_block) / (geo.out_w * geo.out_c)
+    if work <= FLAT_WINDOW_ABOVE_WORK:
+        return None
+    channels = knobs.column_block(geo.out_c)
+    chunks = _flat_chunks(geo, _row_chunks(geo, dtype, True, knobs))
+    span = geo.out_h * geo.out_w // chunks
+    pixels = _flat_rows(span, knobs.tile_rows(channels), channels // knobs.lanes)
+    flat_work = round_up(span, pixels) * round_up(geo.out_c, channels) / (span * geo.out_c)
+    return (pixels, channels, chunks) if flat_work < work else None
+
+
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
 # layers: sweeping every channel block per output row (channels inner) keeps the input
 # rows in cache and wins on large images while the whole kernel stays cached (up to
@@ -436,6 +476,9 @@ MIN_NARROW_COLUMNS = 2
 # Accumulators a register tile needs to cover the FMA latency (two FMA pipes, 4 cycles); the
 # padding a full tile may add instead is `knobs.MAX_PADDED_FRACTION` of the axis.
 MIN_FMA_CHAINS = 8
+# Work of a row tile (columns and channels computed, padding included, over the output's) above
+# which a conv of several taps takes a flat tile that computes less (`_flat_window_tile`; inf: never).
+FLAT_WINDOW_ABOVE_WORK = 1 + MAX_PADDED_FRACTION
 # Accumulators of a 1x1 conv's row tile below which its tiles may run along the flattened
 # pixels instead (_flat_pointwise_tile; 0: never): half as many again as the FMA latency needs,
 # for the loads' and the loop's stalls (12: every row tile that does not fill AVX2's 12).
@@ -578,7 +621,7 @@ def conv2d_nhwc_ohwi(
             f"conv2d_nhwc_ohwi: packed kernel shape {list(packed_kernel.shape)} != expected {list(expected)}"
         )
     if cfg.flat:
-        return _flat_pointwise(data, packed_kernel, geo, cfg)
+        return _flat_conv(data, packed_kernel, geo, cfg)
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     padded = _pad_input(data, geo, cfg)
     cg, og = geo.in_c // geo.groups, geo.out_c // geo.groups
@@ -602,32 +645,33 @@ def conv2d_nhwc_ohwi(
     )
 
 
-def _flat_pointwise(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
-    """`conv2d_nhwc_ohwi` of a 1x1 conv (no padding, groups 1) with `cfg.flat`: the
-    accumulator [batch, row chunks, a chunk's pixels rounded up to ow_block, padded channels]
-    runs along each chunk's output pixels in row-major order (a tail tile re-reads the chunk's
-    last pixel, as dense_kn's rows do), and the output is a copy of it."""
-    if not flat_pointwise(geo):
+def _flat_conv(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DConfig) -> te.Tensor:
+    """`conv2d_nhwc_ohwi` of a conv without groups with `cfg.flat`: the accumulator [batch,
+    row chunks, a chunk's pixels rounded up to ow_block, padded channels] runs along each
+    chunk's output pixels in row-major order (a tail tile re-reads the chunk's last pixel, as
+    dense_kn's rows do; a pixel's window starts where its row and column put it in the padded
+    input), and the output is a copy of it."""
+    if not flat_tiles(geo):
         raise ValueError(
-            f"conv2d_nhwc_ohwi: flat tiles take a 1x1 conv of several output rows without padding or groups, "
-            f"not kernel {geo.kh}x{geo.kw}, padding {geo.pad}, groups {geo.groups}, {geo.out_h} output rows"
+            f"conv2d_nhwc_ohwi: flat tiles take a conv of several output rows without groups, "
+            f"not groups {geo.groups}, {geo.out_h} output rows"
         )
     if cfg.columns_parallel:  # a parallel iteration must hold whole channel blocks of every pixel
         raise ValueError("conv2d_nhwc_ohwi: flat tiles do not take columns_parallel=True")
-    ob, (sh, sw), width = cfg.oc_block, geo.stride, geo.out_w
+    ob, (sh, sw), (dh, dw), width = cfg.oc_block, geo.stride, geo.dilation, geo.out_w
     batch, o_pad = data.shape[0], packed_out_channels(geo, cfg)
+    padded = _pad_input(data, geo, cfg)
     # as channels_outer_loop takes them: a parallel loop over a static batch
     chunks = _flat_chunks(geo, cfg.row_chunks) if cfg.parallel and isinstance(batch, tirx.IntImm) else 1
     rows = geo.out_h // chunks
     span = rows * width  # a chunk's pixels
-    # the 1x1 kernel's unit axes kept, so that the schedule finds the loops it finds in any conv
-    rkh = te.reduce_axis((0, 1), name="rkh")
-    rkw = te.reduce_axis((0, 1), name="rkw")
+    rkh = te.reduce_axis((0, geo.kh), name="rkh")
+    rkw = te.reduce_axis((0, geo.kw), name="rkw")
     rc = te.reduce_axis((0, geo.in_c), name="rc")
 
     def read(n, z, p):
         q = z * span + tirx.min(p, span - 1)
-        return data[n, q // width * sh, q % width * sw, rc]
+        return padded[n, q // width * sh + rkh * dh, q % width * sw + rkw * dw, rc]
 
     acc = te.compute(
         (batch, chunks, round_up(span, cfg.ow_block), o_pad),
@@ -659,8 +703,8 @@ def _grid_extent(geo: Conv2DGeometry, ow_block: int) -> tuple[int, int]:
 
 def _input_extent(geo: Conv2DGeometry, cfg) -> tuple[int, int] | None:
     """Rows and columns the tile grid of `cfg` (any config with an ``ow_block``) reads, or
-    None when it reads only the unpadded input."""
-    need_h, need_w = _grid_extent(geo, cfg.ow_block)
+    None when it reads only the unpadded input (a flat tile's grid: the output's columns)."""
+    need_h, need_w = _grid_extent(geo, 1 if getattr(cfg, "flat", False) else cfg.ow_block)
     if geo.pad[0] == 0 and geo.pad[1] == 0 and need_h <= geo.in_h and need_w <= geo.in_w:
         return None
     return need_h, need_w
@@ -729,6 +773,8 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         sch.decompose_reduction(acc, rkh)
         vectorize_inner(sch, copy, lanes)
         vectorize_inner(sch, out, lanes)
+        if _input_extent(geo, cfg) is not None:
+            _padded_copy(sch, sch.get_sblock("conv2d_nhwc_ohwi_pad"), cfg)
         return sch.mod["main"]
     sch.reverse_compute_at(out, tile)
     sch.set_scope(acc, 0, "local")
@@ -743,12 +789,17 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         # load one scalar per FMA, get 1.1-2.3x slower this way)
         sch.compute_inline(pad)
         return sch.mod["main"]
-    loops = sch.get_loops(pad)  # a padded copy of the input, made once
+    _padded_copy(sch, pad, cfg)
+    return sch.mod["main"]
+
+
+def _padded_copy(sch: s_tir.Schedule, pad, cfg) -> None:
+    """Schedule the pad block as a copy of the input made once: rows parallel, vectorized."""
+    loops = sch.get_loops(pad)
     rows = sch.fuse(*loops[: 3 if cfg.columns_parallel else 2])
     if cfg.parallel:
         sch.parallel(rows)
-    vectorize_inner(sch, pad, lanes)
-    return sch.mod["main"]
+    vectorize_inner(sch, pad, cfg.lanes)
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
@@ -770,8 +821,8 @@ def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "
 
 def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> list[Conv2DConfig]:
     """The configs a tuner tries for `geo`: the heuristic's, then other channel blocks,
-    register-tile widths and loop orders that fit the register budget, and for a 1x1 conv
-    tiles along its flattened pixels (`flat_pointwise`)."""
+    register-tile widths and loop orders that fit the register budget, and for a conv without
+    groups tiles along its flattened pixels (`flat_tiles`)."""
     knobs = cpu_knobs(target)
     default = conv2d_config(geo, target)
     if geo.groups == 1:
@@ -790,7 +841,7 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
                 )
                 if cfg not in out:
                     out.append(cfg)
-        if geo.groups == 1 and flat_pointwise(geo):
+        if flat_tiles(geo):
             chunks = _flat_chunks(geo, _row_chunks(geo, "float32", True, knobs))
             pixels = geo.out_h * geo.out_w // chunks
             for ow_block in dict.fromkeys(pick_block(pixels, c) for c in range(max(cap // 2, 1), cap + 1)):

@@ -128,12 +128,18 @@ def test_conv2d_flat_pixel_tiles(shape, ow_block, oc_block, row_chunks):
     assert_close(out, ref)
 
 
-def test_conv2d_flat_pixel_tiles_take_only_a_plain_1x1_conv():
+def test_conv2d_flat_pixel_tiles_take_no_groups_and_several_rows():
     with tvm.target.Target(ISAS["avx2"]):
-        geo = topi_accel.conv2d_geometry((1, 7, 7, 16), (16, 3, 3, 16), 1, 1)
-        cfg = replace(topi_accel.conv2d_config(geo), flat=True)
-        with pytest.raises(ValueError, match=r"flat tiles take a 1x1 conv .* not kernel 3x3, padding \(1, 1, 1, 1\)"):
-            topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
+        for data, kernel, groups, what in [
+            ((1, 7, 7, 16), (16, 3, 3, 8), 2, "groups 2, 7 output rows"),
+            ((1, 1, 7, 16), (16, 1, 1, 16), 1, "groups 1, 1 output rows"),
+        ]:
+            geo = topi_accel.conv2d_geometry(data, kernel, 1, (kernel[1] - 1) // 2, groups=groups)
+            cfg = replace(topi_accel.conv2d_config(geo), flat=True, columns_parallel=False)
+            with pytest.raises(
+                ValueError, match=f"flat tiles take a conv of several output rows without groups, not {what}"
+            ):
+                topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
         geo = topi_accel.conv2d_geometry((1, 7, 7, 16), (16, 1, 1, 16), 1, 0)
         cfg = replace(topi_accel.conv2d_config(geo), flat=True, columns_parallel=True)
         with pytest.raises(ValueError, match="flat tiles do not take columns_parallel=True"):
@@ -207,7 +213,8 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     3x3 conv a full tile that pads at most a tenth of the row (5 columns: 15). Where no divisor
     of 8 or more accumulators does (7-wide rows with 12 accumulators: AVX2 and SSE), a 1x1 conv
     runs its tiles along the flattened pixels (5 of two vectors: 50 for 49, where 6, every
-    accumulator, would compute 54), and a 3x3 conv takes 4 columns of three vectors (8 for 7)."""
+    accumulator, would compute 54), and so does a 3x3 conv, whose widest full row tile (4
+    columns of three vectors) would compute 8 columns for 7 and 528 channels for 512."""
     knobs = topi_accel.knobs.cpu_knobs(tvm.target.Target(ISAS[isa]))
     with tvm.target.Target(ISAS[isa]):
         for width in (56, 28, 14, 7):
@@ -220,11 +227,9 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                 # and the registers: a vector of weights each, the broadcast input
                 assert accumulators + cfg.oc_block // knobs.lanes + 1 <= knobs.registers, (width, k, cfg)
                 # 7 columns of one vector, the widest divisor, are too few accumulators for 12
-                assert cfg.flat == (k == 1 and width == 7 and knobs.accumulators == 12), (width, k, cfg)
+                assert cfg.flat == (width == 7 and knobs.accumulators == 12), (width, k, cfg)
                 if cfg.flat:  # two vectors of channels (512 = 32 x 16, not 24s), the fewest padded pixels
                     assert (cfg.ow_block, accumulators) == (5, 10), (width, k, cfg)
-                elif k == 3 and width == 7 and knobs.accumulators == 12:
-                    assert (cfg.ow_block, accumulators) == (4, 12), cfg
                 elif width % cfg.ow_block:
                     padded = -(-width // cfg.ow_block) * cfg.ow_block
                     assert padded <= 1.1 * width and accumulators >= 8, (width, k, cfg)
@@ -282,28 +287,31 @@ def test_flat_rows_divides_or_pads_the_fewest():
 
 
 # a 3x3 conv whose rows no tile of MIN_FMA_CHAINS accumulators divides, with 12 accumulators
-# (AVX2, SSE): 7-wide rows take 4 columns of three vectors (channel tails: 40 in 24s, 20 in
-# 12s); 13-wide rows, and 14- and 10-wide rows of 48 channels (a divisor tile of 2 columns of
-# three vectors), a tile of 8 or more accumulators
+# (AVX2, SSE): 7-wide rows' row tile is 4 columns of three vectors (8 columns for 7, channel
+# tails: 40 in 24s, 20 in 12s), which gives way to a flat tile of 5 pixels of two vectors (50 for
+# 49) where that computes less (`_flat_window_tile`: 40 channels take 48 either way; 20 take 32
+# in AVX2's 16s, so the row tile stays, and 24 in SSE's 8s); 13-wide rows, and 14- and 10-wide
+# rows of 48 channels (a divisor tile of 2 columns of three vectors), a tile of 8 or more
+# accumulators. Expected by lanes: (flat, columns or pixels, vectors)
 @pytest.mark.parametrize("target", isa_params("avx2", "sse"), ids=str)
 @pytest.mark.parametrize(
-    "shape, columns",
+    "shape, expected",
     [
-        ((1, 7, 7, 32, 40, 3, 1, 1, 1, 1), 4),
-        ((2, 14, 14, 16, 20, 3, 2, 1, 1, 1), 4),
+        ((1, 7, 7, 32, 40, 3, 1, 1, 1, 1), {8: (True, 5, 2), 4: (True, 5, 2)}),
+        ((2, 14, 14, 16, 20, 3, 2, 1, 1, 1), {8: (False, 4, 3), 4: (True, 5, 2)}),
         ((1, 13, 13, 8, 48, 3, 1, 1, 1, 1), None),
         ((1, 14, 14, 8, 48, 3, 1, 1, 1, 1), None),
         ((1, 10, 10, 8, 48, 3, 1, 1, 1, 1), None),
     ],
     ids=str,
 )
-def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape, columns):
+def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape, expected):
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
     vectors = cfg.oc_block // cfg.lanes
     assert cfg.ow_block * vectors >= topi_accel.conv2d.MIN_FMA_CHAINS, cfg
-    if columns:
-        assert (cfg.ow_block, vectors) == (columns, 3), cfg
+    if expected:
+        assert (cfg.flat, cfg.ow_block, vectors) == expected[cfg.lanes], cfg
 
 
 # a 1x1 conv that widens its channels (so no flat tile) and whose row tile has 8 of 12
