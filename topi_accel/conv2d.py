@@ -435,8 +435,8 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
 
 def _flat_window_tile(geo: Conv2DGeometry, row_tile: tuple[int, int], dtype: str, knobs) -> tuple[int, int, int] | None:
     """(pixels, channels, row chunks) of a flat tile for a conv of several taps whose row tile
-    (`row_tile`: columns, channels) computes more than FLAT_WINDOW_ABOVE_WORK times
-    its output (padded columns x padded channels), where a flat tile computes less: `column_block`'s
+    (`row_tile`: columns, channels) computes more than FLAT_WINDOW_ABOVE_WORK times its output
+    (padded columns x padded channels), where a flat tile computes less: `column_block`'s
     channels, `_flat_rows`' pixels over a chunk; None for a 1x1 conv (`_flat_pointwise_tile`),
     one with groups, or one whose channel blocks run inner (its flat tiles would have no chunks
     of rows for the threads).
@@ -446,8 +446,8 @@ def _flat_window_tile(geo: Conv2DGeometry, row_tile: tuple[int, int], dtype: str
     compute 50 pixels for 49. AVX2 code, 2 threads, Zen 4, 30 turns of 20 calls in one process,
     median (us, row tile -> flat): 7x7x512->512 1700 -> 1541, 3x3/2 14x14x512->512 1773 -> 1600
     (the same 4 columns of three, flat: 1614, 1686). Where the row tile pads little, flat tiles
-    gain nothing: 3x3/2 28x28x256->256 (5 of two, 15 columns for 14) 1505 -> 1491 with 6 of two,
-    3x3/2 56x56x128->128 (4 of two) 1427 -> 1437."""
+    gain nothing: 3x3/2 28x28x256->256 (5 columns of two vectors, 15 for 14) 1505 -> 1491 with 6
+    pixels of two, 3x3/2 56x56x128->128 (4 columns of two) 1427 -> 1437 (6 pixels of two)."""
     if (geo.kh, geo.kw) == (1, 1) or not flat_tiles(geo) or not _channels_outer(geo, dtype):
         return None
     columns, oc_block = row_tile
