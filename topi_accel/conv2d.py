@@ -347,7 +347,7 @@ def _narrow_pointwise_tile(width: int, out_c: int, knobs) -> tuple[int, int] | N
 def flat_pointwise(geo: Conv2DGeometry) -> bool:
     """Whether `geo` can take tiles along its flattened output pixels (`Conv2DConfig.flat`):
     a 1x1 conv without padding or groups, of more than one output row."""
-    return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and geo.groups == 1 and geo.out_h > 1
+    return (geo.kh, geo.kw) == (1, 1) and not any(geo.pad) and flat_tiles(geo)
 
 
 def flat_tiles(geo: Conv2DGeometry) -> bool:
@@ -450,16 +450,18 @@ def _flat_window_tile(geo: Conv2DGeometry, row_tile: tuple[int, int], dtype: str
     pixels of two, 3x3/2 56x56x128->128 (4 columns of two) 1427 -> 1437 (6 pixels of two)."""
     if (geo.kh, geo.kw) == (1, 1) or not flat_tiles(geo) or not _channels_outer(geo, dtype):
         return None
-    columns, oc_block = row_tile
-    work = round_up(geo.out_w, columns) * round_up(geo.out_c, oc_block) / (geo.out_w * geo.out_c)
-    if work <= FLAT_WINDOW_ABOVE_WORK:
+
+    def work(extent: int, block: int, channels: int) -> float:  # computed over the output
+        return round_up(extent, block) * round_up(geo.out_c, channels) / (extent * geo.out_c)
+
+    row_work = work(geo.out_w, *row_tile)
+    if row_work <= FLAT_WINDOW_ABOVE_WORK:
         return None
     channels = knobs.column_block(geo.out_c)
     chunks = _flat_chunks(geo, _row_chunks(geo, dtype, True, knobs))
     span = geo.out_h * geo.out_w // chunks
     pixels = _flat_rows(span, knobs.tile_rows(channels), channels // knobs.lanes)
-    flat_work = round_up(span, pixels) * round_up(geo.out_c, channels) / (span * geo.out_c)
-    return (pixels, channels, chunks) if flat_work < work else None
+    return (pixels, channels, chunks) if work(span, pixels, channels) < row_work else None
 
 
 # Loop order of a dense (groups == 1) conv, measured over the ResNet-50 and MobileNetV2
@@ -773,13 +775,11 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         sch.decompose_reduction(acc, rkh)
         vectorize_inner(sch, copy, lanes)
         vectorize_inner(sch, out, lanes)
-        if _input_extent(geo, cfg) is not None:
-            _padded_copy(sch, sch.get_sblock("conv2d_nhwc_ohwi_pad"), cfg)
-        return sch.mod["main"]
-    sch.reverse_compute_at(out, tile)
-    sch.set_scope(acc, 0, "local")
-    sch.decompose_reduction(acc, rkh)
-    vectorize_inner(sch, out, lanes)
+    else:
+        sch.reverse_compute_at(out, tile)
+        sch.set_scope(acc, 0, "local")
+        sch.decompose_reduction(acc, rkh)
+        vectorize_inner(sch, out, lanes)
     if _input_extent(geo, cfg) is None:
         return sch.mod["main"]
     pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")
@@ -789,17 +789,12 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         # load one scalar per FMA, get 1.1-2.3x slower this way)
         sch.compute_inline(pad)
         return sch.mod["main"]
-    _padded_copy(sch, pad, cfg)
-    return sch.mod["main"]
-
-
-def _padded_copy(sch: s_tir.Schedule, pad, cfg) -> None:
-    """Schedule the pad block as a copy of the input made once: rows parallel, vectorized."""
-    loops = sch.get_loops(pad)
+    loops = sch.get_loops(pad)  # a padded copy of the input, made once
     rows = sch.fuse(*loops[: 3 if cfg.columns_parallel else 2])
     if cfg.parallel:
         sch.parallel(rows)
-    vectorize_inner(sch, pad, cfg.lanes)
+    vectorize_inner(sch, pad, lanes)
+    return sch.mod["main"]
 
 
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
