@@ -5,8 +5,8 @@ PHASES is their order, the one list that the registered pipeline, `optimize`, `b
 and `tune` all run (`run_phases`):
 
     graph       graph_passes: check indexing, fold BN into conv, decompose for inference, ConvertLayout to
-                NHWC/OHWI, fold every weight transform, cancel the rest, large products with a
-                constant weight in Strassen's form
+                NHWC/OHWI, fold every weight transform, cancel the rest (the first conv reads
+                the NCHW image), large products with a constant weight in Strassen's form
     legalize    legalize_passes: LegalizeOps (the strategies pick the kernels)
     kernels     kernel_passes: fuse elementwise ops into the accel kernels' write-back
                 (epilogues) or into one kernel of their own, split TVM's own kernels across
@@ -60,6 +60,7 @@ from .transforms import (
     FastMath,
     FoldConstantNumpy,
     PadAsConv,
+    ReadInputNCHW,
     ShareConstants,
     SimplifyLayouts,
     WholeInputPooling,
@@ -138,6 +139,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
             relax.transform.OptimizeLayoutTransform(),
             relax.transform.RemoveRedundantReshape(),
             FastMath(),
+            ReadInputNCHW(),  # the first conv reads the image as it is, not its transpose
             relax.transform.DeadCodeElimination(),
             micro_batch,  # a batch's leading layers one sample at a time (accel_target/microbatch.py)
             # after it, which keeps a batch's samples apart: these products mix the rows' halves

@@ -28,7 +28,8 @@
 
 `PadAsConv` carries the other spatial zero pads through ConvertLayout. `ShareConstants`
 makes tensor constants of equal value one. `BindConstantSizes` makes the sizes a
-model reads from values computed at compile time static.
+model reads from values computed at compile time static. `ReadInputNCHW` lets the first
+conv read the NCHW image that ConvertLayout had transposed for it.
 `convert_input_layout` gives main channels-last image inputs.
 """
 
@@ -43,7 +44,11 @@ import tvm_ffi
 from tvm import relax, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from strategy.conv2d import reads_nchw
 from strategy.layout import array_constant, constant_array, permutation, static_shape, tensor_shape
+from strategy.registry import select
+
+READS_NCHW = "conv2d_nhwc_ohwi.accel"  # the implementation whose kernel may read NCHW data
 
 PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
@@ -118,6 +123,13 @@ def _conv_padding_of_pad(pad: relax.Call, layout: str) -> list[int] | None:
     if min(widths) < 0 or any(widths[2 * a] or widths[2 * a + 1] for a in range(len(layout)) if a not in (h, w)):
         return None
     return [widths[2 * h], widths[2 * w], widths[2 * h + 1], widths[2 * w + 1]]
+
+
+def _conv2d_like(call: relax.Call, data: relax.Expr, **changes) -> relax.Call:
+    """A conv2d of `data` with `call`'s weight and attributes, but for `changes`."""
+    names = ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout", "out_layout", "out_dtype")
+    kwargs = {name: getattr(call.attrs, name) for name in names}
+    return relax.op.nn.conv2d(data, call.args[1], **{**kwargs, **changes})
 
 
 def _moves_only_unit_axes(shape: list[int], axes: list[int]) -> bool:
@@ -254,18 +266,7 @@ class _LayoutSimplifier(PyExprMutator):
         extra = _conv_padding_of_pad(pad, str(attrs.data_layout)) if _op_name(pad) == PAD else None
         if extra is None:
             return None
-        return relax.op.nn.conv2d(
-            pad.args[0],
-            call.args[1],
-            strides=attrs.strides,
-            padding=[int(p) + e for p, e in zip(attrs.padding, extra)],
-            dilation=attrs.dilation,
-            groups=attrs.groups,
-            data_layout=attrs.data_layout,
-            kernel_layout=attrs.kernel_layout,
-            out_layout=attrs.out_layout,
-            out_dtype=attrs.out_dtype,
-        )
+        return _conv2d_like(call, pad.args[0], padding=[int(p) + e for p, e in zip(attrs.padding, extra)])
 
     def _conv_as_pad(self, call: relax.Call) -> relax.Expr | None:
         """A depthwise 1x1 conv2d with unit weights, stride and dilation -> the zero pad it is."""
@@ -457,6 +458,39 @@ class WholeInputPooling:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return _rewrite_functions(_WholeInputPooling, mod)
+
+
+@mutator
+class _ReadInputNCHW(PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        source = _bound(self, call.args[0]) if _op_name(call) == CONV2D else None
+        if _op_name(source) != PERMUTE or source.args[0].ty.ndim != 4:
+            return call
+        layout = str(call.attrs.data_layout)
+        if sorted(layout) != sorted("NCHW"):
+            return call
+        source_layout = [""] * 4  # axis axes[i] of the permute's input is axis i of its output
+        for i, a in enumerate(_axes(source)):
+            source_layout[a] = layout[i]
+        if "".join(source_layout) != "NCHW":
+            return call
+        new = _conv2d_like(call, source.args[0], data_layout="NCHW")
+        target = tvm.target.Target.current(allow_none=True)
+        impl, _ = (None, None) if target is None else select(new, target.keys)
+        return new if impl is not None and impl.name == READS_NCHW and reads_nchw(new) else call
+
+
+@tvm.transform.module_pass(opt_level=0, name="ReadInputNCHW")
+class ReadInputNCHW:
+    """conv2d(permute_dims(x), data_layout=NHWC) of NCHW `x` -> conv2d(x, data_layout=NCHW), its
+    out_layout kept, where conv2d_nhwc_ohwi.accel takes the new call and its kernel reads x as
+    it is (strategy.conv2d.reads_nchw: a model's first conv, on the image, transposed in the
+    padded copy of its input the kernel makes anyway). ConvertLayout leaves that permute of
+    the input before the first conv, a runtime transform of the whole image."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return _rewrite_functions(_ReadInputNCHW, mod)
 
 
 SUPPORTED_LAYOUTS = ("NCHW", "NHWC")

@@ -124,14 +124,15 @@ def nhwc_call(
     name: str,
     dims: KernelDims,
     out_dtype: str | None = None,
+    data_layout: str = "NHWC",
 ) -> relax.Expr:
-    """Convert data to NHWC, call kernel `func` (named `name`) on it and the weight arguments
-    from `make_weights()` (emitted after the data's transpose), convert the result (`out_dtype`,
-    default the data's) to out_layout."""
+    """Convert data to `data_layout` (the one `func` takes), call kernel `func` (named `name`)
+    on it and the weight arguments from `make_weights()` (emitted after the data's transpose),
+    convert the result (`out_dtype`, default the data's; NHWC) to out_layout."""
     attrs = call.attrs
     data = call.args[0]
-    if str(attrs.data_layout) != "NHWC":
-        data = bb.emit(to_layout(data, str(attrs.data_layout), "NHWC", bb))
+    if str(attrs.data_layout) != data_layout:
+        data = bb.emit(to_layout(data, str(attrs.data_layout), data_layout, bb))
     dtype = out_dtype or str(data.ty.dtype)
     out = kernel_call(
         bb,
@@ -146,14 +147,21 @@ def nhwc_call(
     return to_layout(bb.emit(out), "NHWC", str(attrs.out_layout), bb)
 
 
+def reads_nchw(call: relax.Call) -> bool:
+    """Whether conv2d_nhwc_ohwi.accel's kernel reads this call's data as it is, NCHW, with no
+    transpose before it (topi_accel.nchw_data_reason: a model's first conv, on the image)."""
+    return str(call.attrs.data_layout) == "NCHW" and topi_accel.nchw_data_reason(geometry_of(call)) is None
+
+
 @register("relax.nn.conv2d", "conv2d_nhwc_ohwi.accel", condition=conv2d_condition)
 def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Convert data to NHWC and weights to the packed OHWI kernel layout, call the kernel,
-    convert the result to out_layout."""
+    """Convert data to NHWC (unless the kernel `reads_nchw`) and weights to the packed OHWI
+    kernel layout, call the kernel, convert the result to out_layout."""
     geo = geometry_of(call)
     cfg = topi_accel.conv2d_config(geo)
     dims = KernelDims()
-    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims))
+    layout = "NCHW" if reads_nchw(call) else "NHWC"
+    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, str(call.args[0].ty.dtype), kernel_batch(call, dims), layout)
     return nhwc_call(
         bb,
         call,
@@ -162,6 +170,7 @@ def conv2d_nhwc_ohwi_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Ex
         func,
         "conv2d_nhwc_ohwi",
         dims,
+        data_layout=layout,
     )
 
 

@@ -22,6 +22,7 @@ from .conv2d import (
     conv2d_nhwc_ohwi,
     conv2d_nhwc_ohwi_func,
     kernel_pack_map,
+    nchw_data_reason,
     schedule_conv2d_nhwc_ohwi,
     tune_conv2d,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "contains_accel_kernel",
     "inline_epilogue",
     "kernel_pack_map",
+    "nchw_data_reason",
     "parallelize",
     "whole_tiles",
     "schedule_conv2d_nhwc_ohwi",

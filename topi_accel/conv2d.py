@@ -797,21 +797,56 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     return sch.mod["main"]
 
 
+# an image's channels (grey, RGB, RGBA): a model's first conv may read its input NCHW
+NCHW_DATA_MAX_CHANNELS = 4
+
+
+def nchw_data_reason(geo: Conv2DGeometry) -> str | None:
+    """None when `conv2d_nhwc_ohwi_func` takes this conv's data NCHW, else why not: a conv
+    without groups of few input channels (a model's first, on the image) that pads its top or
+    left, whose kernel makes a padded NHWC copy of its input anyway and transposes it there.
+    That saves the model its input's transpose: AVX2 code, 2 threads, MobileNetV2's 3x3/2
+    224x224x3->32 conv took 219 us with the transpose before it and 173 us without."""
+    if geo.groups != 1:
+        return f"groups={geo.groups} (NCHW data: only groups=1)"
+    if geo.in_c > NCHW_DATA_MAX_CHANNELS:
+        return f"{geo.in_c} input channels (NCHW data: at most {NCHW_DATA_MAX_CHANNELS})"
+    if not (geo.pad[0] or geo.pad[1]):
+        return f"padding {list(geo.pad)} (NCHW data: the top or left padded, transposed in the padded copy)"
+    return None
+
+
 @functools.lru_cache(maxsize=256)  # a model repeats shapes; PrimFuncs are immutable
-def conv2d_nhwc_ohwi_func(geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32", batch=None) -> tirx.PrimFunc:
-    """The scheduled PrimFunc (data, packed_kernel) -> out for one geometry.
+def conv2d_nhwc_ohwi_func(
+    geo: Conv2DGeometry, cfg: Conv2DConfig, dtype: str = "float32", batch=None, data_layout: str = "NHWC"
+) -> tirx.PrimFunc:
+    """The scheduled PrimFunc (data, packed_kernel) -> out (NHWC) for one geometry.
 
     batch: None for ``geo.batch``; else a symbolic batch (a tirx.Var or an expression of
     shape variables; `geo.batch` is then the representative size its tiles are chosen for).
+    data_layout: "NHWC", or "NCHW" where `nchw_data_reason` allows it (the transpose is
+    inlined into the padded copy of the input).
     """
     batch = geo.batch if batch is None else extent(batch, "batch")
-    data = te.placeholder((batch, geo.in_h, geo.in_w, geo.in_c), dtype, name="data")
+    nhwc = (batch, geo.in_h, geo.in_w, geo.in_c)
+    if data_layout == "NHWC":
+        data = conv_data = te.placeholder(nhwc, dtype, name="data")
+    elif data_layout == "NCHW" and (reason := nchw_data_reason(geo)) is None:
+        data = te.placeholder((batch, geo.in_c, geo.in_h, geo.in_w), dtype, name="data")
+        conv_data = te.compute(nhwc, lambda n, h, w, c: data[n, c, h, w], name="conv2d_nhwc_ohwi_data")
+    else:
+        why = reason if data_layout == "NCHW" else "only NHWC and NCHW"
+        raise ValueError(f"conv2d_nhwc_ohwi: data_layout {data_layout} is not supported: {why}")
     o_pad = packed_out_channels(geo, cfg)
     kernel = te.placeholder(
         (o_pad // cfg.oc_block, geo.kh, geo.kw, geo.in_c // geo.groups, cfg.oc_block), dtype, name="packed_kernel"
     )
-    out = conv2d_nhwc_ohwi(data, kernel, geo, cfg)
-    return schedule_conv2d_nhwc_ohwi(prim_func([data, kernel], out), geo, cfg)
+    func = prim_func([data, kernel], conv2d_nhwc_ohwi(conv_data, kernel, geo, cfg))
+    if conv_data is not data:
+        sch = s_tir.Schedule(func)
+        sch.compute_inline(sch.get_sblock("conv2d_nhwc_ohwi_data"))
+        func = sch.mod["main"]
+    return schedule_conv2d_nhwc_ohwi(func, geo, cfg)
 
 
 def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = None) -> list[Conv2DConfig]:

@@ -717,3 +717,34 @@ def test_whole_input_pooling_becomes_a_reduction(pool, kernel, stride, padding, 
     assert any(op.endswith("pool2d") for op in ops) != rewritten
     assert ("relax.mean" in ops or "relax.max" in ops) == rewritten
     assert_close(run_executable(accel_target.build(mod), x.numpy()), model(x).numpy())
+
+
+class _Stem(torch.nn.Module):
+    """A first conv on the image, then pooled and classified: no 4-D output to transpose back."""
+
+    def __init__(self, channels: int, padding: int):
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(channels, 16, 3, 2, padding), torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize("channels, padding, reads_nchw", [(3, 1, True), (4, 2, True), (8, 1, False), (3, 0, False)])
+def test_the_first_conv_reads_the_nchw_image(channels, padding, reads_nchw):
+    """ConvertLayout transposes the NCHW image for the first conv; where its kernel takes the
+    image as it is (a few channels, padded: ReadInputNCHW), that transpose is gone and the
+    conv's row says so. Else, and with NHWC input, nothing changes."""
+    torch.manual_seed(0)
+    model, x = _Stem(channels, padding).eval(), torch.randn(2, channels, 23, 20)
+    mod = accel_target.from_torch(model, (x,))
+    executable = accel_target.build(mod, strict=True)
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+    report = accel_target.report(executable)
+    (conv,) = [row for row in report.rows if row.op == "relax.nn.conv2d"]
+    assert conv.kernel == "conv2d_nhwc_ohwi.accel"
+    assert conv.layouts.startswith("data_layout=NCHW" if reads_nchw else "data_layout=NHWC"), conv.layouts
+    assert report.kernels.activation_transforms == (0 if reads_nchw else 1), report.kernels.calls
+    nhwc = accel_target.build(mod, input_layout="NHWC", strict=True)
+    assert_close(run_executable(nhwc, x.permute(0, 2, 3, 1).contiguous().numpy()), model(x).detach().numpy())
+    assert accel_target.report(nhwc).kernels.activation_transforms == 0

@@ -11,10 +11,12 @@ import topi_accel
 from tests.helpers import (
     ISAS,
     assert_close,
+    compile_primfunc,
     conv2d_reference,
     isa_params,
     pack,
     rand,
+    run_compiled,
     run_executable,
     run_primfunc,
     runs_here,
@@ -144,6 +146,58 @@ def test_conv2d_flat_pixel_tiles_take_no_groups_and_several_rows():
         cfg = replace(topi_accel.conv2d_config(geo), flat=True, columns_parallel=True)
         with pytest.raises(ValueError, match="flat tiles do not take columns_parallel=True"):
             topi_accel.conv2d_nhwc_ohwi_func(geo, cfg)
+
+
+# NCHW data (a model's first conv, on the image), transposed in the padded copy: ResNet-50's and
+# MobileNetV2's stems (smaller), grey and RGBA, only the left padded, flat tiles; each ISA's tiles,
+# and a symbolic batch run at 1 and 3
+NCHW_STEMS = [
+    (2, 40, 36, 3, 16, 7, 2, 3, 1, 1),
+    (1, 33, 30, 3, 32, 3, 2, 1, 1, 1),
+    (1, 17, 19, 1, 24, 3, 1, 1, 1, 1),
+    (1, 17, 19, 4, 8, 5, 1, (0, 2, 0, 2), 1, 1),
+]
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("target", isa_params(), ids=str)
+@pytest.mark.parametrize("shape", NCHW_STEMS, ids=str)
+def test_conv2d_reads_nchw_data(shape, target, flat):
+    n, h, w, c, o, k, stride, padding, dilation, groups = shape
+    x, wt = rand(n, h, w, c), rand(o, k, k, c)
+    nchw = x.transpose(0, 3, 1, 2).copy()
+    with tvm.target.Target(target):
+        geo = topi_accel.conv2d_geometry(x.shape, wt.shape, stride, padding, dilation, groups)
+        cfg = topi_accel.conv2d_config(geo)
+    cfg = replace(cfg, flat=True, columns_parallel=False) if flat else cfg
+    assert topi_accel.nchw_data_reason(geo) is None
+    packed = pack(wt, topi_accel.kernel_pack_map(cfg))
+    ref = conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, groups)
+    func = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, data_layout="NCHW")
+    assert [int(d) for d in func.params[0].ty.shape] == [n, c, h, w]
+    assert_close(run_primfunc(func, [nchw, packed], ref.shape, target), ref)
+    symbolic = topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, batch=tvm.tirx.Var("batch", "int64"), data_layout="NCHW")
+    lib = compile_primfunc(symbolic, target)
+    for batch in (1, 3):
+        xs = rand(batch, h, w, c)
+        want = conv2d_reference(xs, wt, geo.stride, geo.pad, geo.dilation, groups)
+        assert_close(run_compiled(lib, [xs.transpose(0, 3, 1, 2).copy(), packed], want.shape), want)
+
+
+@pytest.mark.parametrize(
+    "data, kernel, padding, groups, layout, what",
+    [
+        ((1, 16, 16, 8), (8, 3, 3, 8), 1, 1, "NCHW", "8 input channels \\(NCHW data: at most 4\\)"),
+        ((1, 16, 16, 4), (4, 3, 3, 1), 1, 4, "NCHW", "groups=4 \\(NCHW data: only groups=1\\)"),
+        ((1, 16, 16, 3), (8, 3, 3, 3), (0, 0, 1, 1), 1, "NCHW", "padding \\[0, 0, 1, 1\\] \\(NCHW data: the top"),
+        ((1, 16, 16, 3), (8, 3, 3, 3), 1, 1, "NCWH", "only NHWC and NCHW"),
+    ],
+)
+def test_conv2d_nchw_data_names_what_it_does_not_take(data, kernel, padding, groups, layout, what):
+    geo = topi_accel.conv2d_geometry(data, kernel, 1, padding, groups=groups)
+    cfg = topi_accel.conv2d_config(geo, tvm.target.Target(ISAS["avx2"]))
+    with pytest.raises(ValueError, match=f"conv2d_nhwc_ohwi: data_layout {layout} is not supported: {what}"):
+        topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, data_layout=layout)
 
 
 # a channel-block-outer loop in chunks of rows, one per thread: 2 and 3 chunks of batch x rows
