@@ -72,10 +72,14 @@ def _conv_shapes(geo: topi_accel.Conv2DGeometry) -> tuple:
 def _call_shapes(shapes: list[tuple]) -> tuple | None:
     """`_conv_shapes` as a conv kernel's call shows it: its data first, its packed weight
     (blocks, kh, kw, channels, block) second, its output last (fused epilogue inputs between;
-    a kernel writing over a residual takes it last). None for a call of another form."""
+    a kernel writing over a residual takes it last; a first conv that reads the NCHW image,
+    topi_accel.nchw_data_reason, shows its data NCHW). None for a call of another form."""
     if len(shapes) < 3 or len(shapes[1]) != 5:
         return None
-    return (shapes[0], shapes[-1], shapes[1][1:4])
+    data, channels = shapes[0], shapes[1][3]
+    if len(data) == 4 and data[3] != channels and data[1] == channels:  # NCHW data, groups 1
+        data = (data[0], data[2], data[3], data[1])
+    return (data, shapes[-1], shapes[1][1:4])
 
 
 def _random_inputs(executable) -> list:

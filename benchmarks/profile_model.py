@@ -153,7 +153,7 @@ def beside_onnxruntime(kernels: dict, nodes: list) -> list[tuple]:
     """[(first input shape, first output shape, accel us, accel kernels, ONNX Runtime us,
     ONNX Runtime ops)] summed per pair of shapes, slowest accel first: `kernels` as
     `kernel_times` gives them (a kernel's first argument its input, its last its output),
-    `nodes` as `onnxruntime_node_times` (NCHW read as NHWC)."""
+    `nodes` as `onnxruntime_node_times` (NCHW read as NHWC, but where a kernel reads it as it is)."""
     rows: dict[tuple, list] = {}
     for name, kernel in kernels.items():
         if len(kernel.shapes) >= 2:
@@ -162,7 +162,10 @@ def beside_onnxruntime(kernels: dict, nodes: list) -> list[tuple]:
             row[1].append(f"{name} x{kernel.calls}")
     for op, inputs, outputs, us in nodes:
         if inputs and outputs:
-            row = rows.setdefault((_nhwc(inputs[0]), _nhwc(outputs[0])), [0.0, [], 0.0, []])
+            key = (_nhwc(inputs[0]), _nhwc(outputs[0]))
+            if key not in rows and (tuple(inputs[0]), key[1]) in rows:  # a first conv reading the NCHW image
+                key = (tuple(inputs[0]), key[1])
+            row = rows.setdefault(key, [0.0, [], 0.0, []])
             row[2] += us
             row[3].append(op)
     return sorted(((*key, *row) for key, row in rows.items()), key=lambda r: (-r[2], -r[4]))

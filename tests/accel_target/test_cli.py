@@ -82,7 +82,8 @@ def test_compile_reports_and_writes_library(workdir):
     kernels = [line.rsplit("  ", 1)[-1] for line in result.stdout.splitlines()]
     assert kernels.count("conv2d_nhwc_ohwi.accel") == 2 and kernels.count("dense_kn.accel") == 1
     assert "fused into conv2d_nhwc_ohwi.accel" in kernels  # the convs' bias and relu
-    assert "runtime layout transforms: 1 of activations, 0 of weights" in result.stdout
+    # none: the first conv reads the NCHW image as it is, and the model ends in a dense layer
+    assert "runtime layout transforms: 0 of activations, 0 of weights" in result.stdout
     assert "[accel-tvm] building for accel" in result.stderr  # progress goes to stderr
 
 

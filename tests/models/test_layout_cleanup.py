@@ -29,13 +29,13 @@ def _model():
     return PatchEmbedding().eval(), torch.randn(1, 3, 8, 16)
 
 
-@pytest.mark.parametrize("input_layout, transposes", [(None, 2), ("NHWC", 1)])
+@pytest.mark.parametrize("input_layout, transposes", [(None, 1), ("NHWC", 1)])
 def test_patch_embedding_transposes(input_layout, transposes):
     model, x = _model()
     executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout=input_layout)
     data = x.permute(0, 2, 3, 1).contiguous() if input_layout else x
     assert_close(run_executable(executable, data.numpy()), model(x).detach().numpy())
-    # the input's transpose (NCHW input) and the NCHW reshape's, read twice;
-    # none for the tokens
+    # the NCHW reshape's, read twice; none for the tokens, none for the NCHW input (the conv
+    # reads it as it is: ReadInputNCHW)
     calls = accel_target.report(executable).kernels
     assert calls.activation_transforms == transposes, calls.calls

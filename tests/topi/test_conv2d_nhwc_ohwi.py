@@ -191,10 +191,11 @@ def test_conv2d_reads_nchw_data(shape, target, flat):
         ((1, 16, 16, 4), (4, 3, 3, 1), 1, 4, "NCHW", "groups=4 \\(NCHW data: only groups=1\\)"),
         ((1, 16, 16, 3), (8, 3, 3, 3), (0, 0, 1, 1), 1, "NCHW", "padding \\[0, 0, 1, 1\\] \\(NCHW data: the top"),
         ((1, 16, 16, 3), (8, 3, 3, 3), 1, 1, "NCWH", "only NHWC and NCHW"),
+        ((1, 1, 1, 1), (1, 1, 1, 1), (1, 0, 0, 0), 1, "NCHW", "a window that skips the input's last rows"),
     ],
 )
 def test_conv2d_nchw_data_names_what_it_does_not_take(data, kernel, padding, groups, layout, what):
-    geo = topi_accel.conv2d_geometry(data, kernel, 1, padding, groups=groups)
+    geo = topi_accel.conv2d_geometry(data, kernel, 2 if data[1] == 1 else 1, padding, groups=groups)
     cfg = topi_accel.conv2d_config(geo, tvm.target.Target(ISAS["avx2"]))
     with pytest.raises(ValueError, match=f"conv2d_nhwc_ohwi: data_layout {layout} is not supported: {what}"):
         topi_accel.conv2d_nhwc_ohwi_func(geo, cfg, data_layout=layout)
