@@ -45,7 +45,7 @@ from tvm import relax, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy.conv2d import reads_nchw
-from strategy.layout import array_constant, constant_array, permutation, static_shape, tensor_shape
+from strategy.layout import array_constant, constant_array, is_permutation, permutation, static_shape, tensor_shape
 from strategy.registry import select
 
 READS_NCHW = "conv2d_nhwc_ohwi.accel"  # the implementation whose kernel may read NCHW data
@@ -468,12 +468,7 @@ class _ReadInputNCHW(PyExprMutator):
         if _op_name(source) != PERMUTE or source.args[0].ty.ndim != 4:
             return call
         layout = str(call.attrs.data_layout)
-        if sorted(layout) != sorted("NCHW"):
-            return call
-        source_layout = [""] * 4  # axis axes[i] of the permute's input is axis i of its output
-        for i, a in enumerate(_axes(source)):
-            source_layout[a] = layout[i]
-        if "".join(source_layout) != "NCHW":
+        if not is_permutation(layout, "NCHW") or _axes(source) != permutation("NCHW", layout):
             return call
         new = _conv2d_like(call, source.args[0], data_layout="NCHW")
         target = tvm.target.Target.current(allow_none=True)

@@ -11,7 +11,7 @@ candidates are timed in the model:
   as one);
 - the builds take turns, PASSES times, running ``main`` on random inputs under a VM
   instrument that times every kernel call; a conv's time in a run is the sum of its calls
-  (matched to the conv by their arguments' shapes, `_call_shapes`);
+  (matched to the conv by their arguments' shapes, `_conv_of_call`);
 - each conv's winner is the heuristic's config unless another's median over the turns is
   MARGIN faster.
 
@@ -72,14 +72,22 @@ def _conv_shapes(geo: topi_accel.Conv2DGeometry) -> tuple:
 def _call_shapes(shapes: list[tuple]) -> tuple | None:
     """`_conv_shapes` as a conv kernel's call shows it: its data first, its packed weight
     (blocks, kh, kw, channels, block) second, its output last (fused epilogue inputs between;
-    a kernel writing over a residual takes it last; a first conv that reads the NCHW image,
-    topi_accel.nchw_data_reason, shows its data NCHW). None for a call of another form."""
+    a kernel writing over a residual takes it last). None for a call of another form."""
     if len(shapes) < 3 or len(shapes[1]) != 5:
         return None
-    data, channels = shapes[0], shapes[1][3]
-    if len(data) == 4 and data[3] != channels and data[1] == channels:  # NCHW data, groups 1
-        data = (data[0], data[2], data[3], data[1])
-    return (data, shapes[-1], shapes[1][1:4])
+    return (shapes[0], shapes[-1], shapes[1][1:4])
+
+
+def _conv_of_call(convs: dict[tuple, object], shapes: list[tuple]):
+    """The conv in `convs` (`_conv_shapes` -> conv) whose kernel call shows `shapes`: its data
+    NHWC, or else NCHW (a first conv reading the image as it is, topi_accel.nchw_data_reason)."""
+    key = _call_shapes(shapes)
+    if key is None:
+        return None
+    if key in convs or len(key[0]) != 4:
+        return convs.get(key)
+    n, c, h, w = key[0]
+    return convs.get(((n, h, w, c), *key[1:]))
 
 
 def _random_inputs(executable) -> list:
@@ -113,7 +121,7 @@ def conv_times(vm: relax.VirtualMachine, inputs: list, convs: dict[tuple, object
             return
         elapsed = time.perf_counter() - started.pop()
         if name not in by_name:
-            by_name[name] = convs.get(_call_shapes([tuple(a.shape) for a in args if hasattr(a, "shape")]))
+            by_name[name] = _conv_of_call(convs, [tuple(a.shape) for a in args if hasattr(a, "shape")])
         if by_name[name] is not None:
             run[by_name[name]] += elapsed
 

@@ -56,6 +56,18 @@ def test_every_conv_is_found_among_the_kernel_calls(block):
     assert set(times) == set(geometries) and all(ms > 0 for ms in times.values())
 
 
+def test_a_call_is_matched_by_its_data_as_it_is_before_reading_it_nchw():
+    """A grouped conv's NHWC data whose rows are as many as its channels a group is not taken
+    for NCHW data; a first conv reading the image NCHW is found by its NHWC shapes."""
+    grouped = topi_accel.Conv2DGeometry(1, 8, 8, 16, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2)
+    stem = topi_accel.Conv2DGeometry(1, 32, 32, 3, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    convs = {tuner._conv_shapes(g): g for g in (grouped, stem)}
+    assert tuner._conv_of_call(convs, [(1, 8, 8, 16), (2, 3, 3, 8, 8), (1, 8, 8, 16)]) == grouped
+    assert tuner._conv_of_call(convs, [(1, 3, 32, 32), (2, 3, 3, 3, 8), (1, 32, 32, 16)]) == stem
+    assert tuner._conv_of_call(convs, [(1, 32, 32, 3), (2, 3, 3, 3, 8), (1, 32, 32, 16)]) == stem
+    assert tuner._conv_of_call(convs, [(1, 16), (16, 16)]) is None
+
+
 def test_choose_keeps_the_heuristic_unless_another_is_faster_by_the_margin():
     assert tuner.choose({0: [1.0, 1.1, 1.0], 1: [0.5, 0.6, 0.5], 2: [0.7]}) == 1
     assert tuner.choose({0: [1.0], 1: [0.99]}, margin=0.03) == 0  # within the margin
