@@ -20,8 +20,9 @@ A 1x1 conv whose output width leaves a row's tile too few accumulators (of AVX2'
 columns, 8 at 14, 28 and 56) runs its tiles along the output pixels in row-major order instead
 (h and w flattened, as dense_kn runs along its rows; `Conv2DConfig.flat`, `_flat_pointwise_tile`
 says when), channel blocks outermost, the pixels of each chunk of rows flattened on their own:
-a channel block's tiles write its slab of the chunk's flattened output, which the same
-parallel iteration then copies into the output, epilogue included. So does a conv of a wider
+each tile writes its pixels from the registers straight to their rows and columns of the
+output, epilogue included (the output block iterates a chunk's pixels; `_flat_output_nhwc`
+lays its buffer out NHWC). So does a conv of a wider
 window whose row tile would compute much more than its output (AVX2's 7-wide 3x3 convs: 8
 columns for 7; `_flat_window_tile`), each pixel's window read from the padded input.
 """
@@ -607,7 +608,8 @@ def conv2d_nhwc_ohwi(
     data: 4-D, NHWC: [batch, in_height, in_width, in_channel].
     packed_kernel: 5-D: [ceil(out_channel / ob), kernel_h, kernel_w, in_channel / groups, ob].
     Returns 4-D, NHWC: [batch, out_height, out_width, out_channel], named
-    "conv2d_nhwc_ohwi". The intermediate "conv2d_nhwc_ohwi_acc" covers the
+    "conv2d_nhwc_ohwi" (with `cfg.flat`: [batch, row chunks, a chunk's pixels, out_channel],
+    which the schedule lays out NHWC; `_flat_conv`). The intermediate "conv2d_nhwc_ohwi_acc" covers the
     padded tile grid; the schedule keeps it in registers. The batch is data's: it may be
     symbolic (`geo` then has a representative batch).
     """
@@ -652,7 +654,8 @@ def _flat_conv(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, c
     row chunks, a chunk's pixels rounded up to ow_block, padded channels] runs along each
     chunk's output pixels in row-major order (a tail tile re-reads the chunk's last pixel, as
     dense_kn's rows do; a pixel's window starts where its row and column put it in the padded
-    input), and the output is a copy of it."""
+    input). Its output is the accumulator without the tail tiles' padding, [batch, chunks, a
+    chunk's pixels, out_channel]: `schedule_conv2d_nhwc_ohwi` lays it out NHWC."""
     if not flat_tiles(geo):
         raise ValueError(
             f"conv2d_nhwc_ohwi: flat tiles take a conv of several output rows without groups, "
@@ -680,13 +683,18 @@ def _flat_conv(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, c
         lambda n, z, p, o: te.sum(read(n, z, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
         name="conv2d_nhwc_ohwi_acc",
     )
-    # the pixels without the tail tiles' padding: a region whose rows and columns TVM infers
-    slab = te.compute((batch, chunks, span, o_pad), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi_slab")
-    return te.compute(
-        (batch, geo.out_h, width, geo.out_c),
-        lambda n, h, w, o: slab[n, h // rows, h % rows * width + w, o],
-        name="conv2d_nhwc_ohwi",
-    )
+    # the output over the accumulator's axes, without the tail tiles' padding
+    return te.compute((batch, chunks, span, geo.out_c), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi")
+
+
+def _flat_output_nhwc(sch: s_tir.Schedule, out, geo: Conv2DGeometry) -> None:
+    """Lay out the output of `_flat_conv`, [batch, chunks, a chunk's pixels, channels], as
+    NHWC: pixel p of chunk z is row z * rows + p // width, column p % width. Its block keeps
+    iterating the accumulator's axes, so a tile's write-back (the epilogue's too, inlined later)
+    runs under the tile, from the registers, straight to the output."""
+    chunks, width = int(sch.get(out).iter_vars[1].dom.extent), geo.out_w
+    rows = geo.out_h // chunks
+    sch.transform_layout(out, ("write", 0), lambda n, z, p, o: [n, z * rows + p // width, p % width, o])
 
 
 def _flat_chunks(geo: Conv2DGeometry, chunks: int) -> int:
@@ -732,6 +740,8 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock("conv2d_nhwc_ohwi_acc")
     out = sch.get_sblock("conv2d_nhwc_ohwi")
+    if cfg.flat:  # its output block iterates the accumulator's pixels, each stored at its row and column
+        _flat_output_nhwc(sch, out, geo)
     n, h, w, o, rkh, rkw, rc = sch.get_loops(acc)
     wo, wi = sch.split(w, [None, cfg.ow_block])
     oo, oi = sch.split(o, [None, cfg.oc_block])
@@ -760,26 +770,10 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         # stride-1 layers 1.1-1.4x faster (14x14x384 29 -> 21 us, 56x56x144 114 -> 85 us)
         sch.unroll(rkh)
         sch.unroll(rkw)
-    if cfg.flat:
-        # a tile's pixels of the flattened output span rows, so a tile writes them to its
-        # channel block's slab, and the output (epilogue included, inlined later) is copied
-        # from the slab once the block is done, in the same outer iteration. The copy is
-        # placed by the exact slab first: TVM's region of the padded tiles' buffer, which a
-        # row-major index reads, comes out with the wrong columns
-        slab = sch.get_sblock("conv2d_nhwc_ohwi_slab")
-        sch.reverse_compute_at(slab, outer)
-        sch.reverse_compute_at(out, outer)
-        sch.compute_inline(slab)
-        copy = sch.cache_write(acc, 0, "local")
-        sch.reverse_compute_at(copy, tile)
-        sch.decompose_reduction(acc, rkh)
-        vectorize_inner(sch, copy, lanes)
-        vectorize_inner(sch, out, lanes)
-    else:
-        sch.reverse_compute_at(out, tile)
-        sch.set_scope(acc, 0, "local")
-        sch.decompose_reduction(acc, rkh)
-        vectorize_inner(sch, out, lanes)
+    sch.reverse_compute_at(out, tile)
+    sch.set_scope(acc, 0, "local")
+    sch.decompose_reduction(acc, rkh)
+    vectorize_inner(sch, out, lanes)
     if _input_extent(geo, cfg) is None:
         return sch.mod["main"]
     pad = sch.get_sblock("conv2d_nhwc_ohwi_pad")

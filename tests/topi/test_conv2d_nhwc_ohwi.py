@@ -473,32 +473,42 @@ class _LastStage(torch.nn.Module):
         return torch.relu(self.expand(torch.relu(self.reduce(s))) + s)
 
 
-def _slab_pixels(func) -> tuple[int, int] | None:
-    """(chunks, pixels of a chunk) of the slab a flat conv's tiles write (the copy of their
-    accumulators `cache_write` made), None in a function without one."""
+def _flat_pixels(func) -> tuple[int, int] | None:
+    """(chunks, pixels of a chunk) that a flat conv's output block iterates, None in a function
+    without one. Asserts that such a block writes the function's output NHWC from the local
+    accumulator (the epilogue inlined into it: no other block reads the accumulator or writes
+    the output)."""
     sch = tvm.s_tir.Schedule(func)
     try:
-        copy = sch.get(sch.get_sblock("conv2d_nhwc_ohwi_acc_local"))
+        out = sch.get(sch.get_sblock("conv2d_nhwc_ohwi"))
     except tvm.s_tir.schedule.schedule.ScheduleError:
         return None
-    return tuple(int(v) for v in copy.writes[0].source.shape[1:3])
+    extents = tuple(int(v.dom.extent) for v in out.iter_vars)
+    written = out.writes[0].source
+    if extents == tuple(int(d) for d in written.shape):
+        return None  # a row tile's output block: it iterates rows and columns
+    acc = [r.source for r in out.reads if r.source.name.startswith("conv2d_nhwc_ohwi_acc")]
+    assert len(acc) == 1 and acc[0].scope() == "local", out
+    assert written.same_as(func.params[-1]), out
+    assert len(written.shape) == 4 and extents[1] * extents[2] == int(written.shape[1]) * int(written.shape[2])
+    return extents[1:3]
 
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_flat_pixel_tiles_in_a_model(isa):
     """With 12 accumulators (AVX2, SSE), the 1x1 convs take flat tiles, their epilogues (bias,
-    ReLU, the residual add) copied out of the slabs: the three 7-wide ones in one chunk, the
+    ReLU, the residual add) written with each tile, from the registers, to NHWC: the three 7-wide ones in one chunk, the
     14-wide one (2 columns of 4 vectors: 8) in a chunk of 7 rows per thread; with 24 (AVX-512),
     7 columns of two vectors are enough. Run against PyTorch where the host runs the code."""
     torch.manual_seed(0)
     model, x = _LastStage().eval(), torch.randn(1, 256, 14, 14)
     target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
     mod = accel_target.optimize(accel_target.from_torch(model, x), target=target)
-    slabs = [_slab_pixels(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    flat = [_flat_pixels(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     twelve = topi_accel.knobs.cpu_knobs(target).accumulators == 12
-    # 49 pixels in tiles of 5 (two vectors: 160 and 512 channels are not 24s; 6 would pad to 54)
-    # -> 50; the 14-wide row tile's 8 accumulators give way to every one of the 12: 98 -> 102
-    assert sorted(filter(None, slabs)) == ([(1, 50), (1, 50), (1, 50), (2, 102)] if twelve else []), slabs
+    # 49 pixels (tiles of 5: two vectors; 160 and 512 channels are not 24s); the 14-wide row
+    # tile's 8 accumulators give way to every one of the 12: 98 pixels a chunk (tiles of 6)
+    assert sorted(filter(None, flat)) == ([(1, 49), (1, 49), (1, 49), (2, 98)] if twelve else []), flat
     if runs_here(target):
         with torch.no_grad():
             ref = model(x).numpy()
