@@ -386,8 +386,9 @@ def _flat_pointwise_tile(geo: Conv2DGeometry, dtype: str, accumulators: int, kno
     each re-reading the image). A row tile of MIN_FMA_CHAINS accumulators or more (but fewer
     than FLAT_BELOW_ACCUMULATORS) gives way only to a flat tile of every accumulator, a chunk's
     last tile padded, where that pads at most `knobs.MAX_PADDED_FRACTION` of its pixels and the
-    conv does not widen its channels (a flat tile stores to a buffer that a copy moves to the
-    output: twice the output's stores, which a wider output than input does not repay).
+    conv does not widen its channels (measured when a flat tile stored to a buffer that a copy
+    moved to the output, twice the output's stores, which a wider output than input did not
+    repay; not measured again since the tiles write the output directly).
 
     Measured, AVX2 code, 2 threads, Zen 4, alone (row tile -> flat tile): ResNet-50's 7x7x512
     ->2048 638 -> 547 us, 7x7x2048->512 757 -> 611, 1x1/2 14x14x1024->2048 1324 -> 1224;
