@@ -22,9 +22,9 @@ columns, 8 at 14, 28 and 56) runs its tiles along the output pixels in row-major
 says when), channel blocks outermost, the pixels of each chunk of rows flattened on their own:
 each tile writes its pixels from the registers straight to their rows and columns of the
 output, epilogue included (the output block iterates a chunk's pixels; `_flat_output_nhwc`
-lays its buffer out NHWC). So does a conv of a wider
-window whose row tile would compute much more than its output (AVX2's 7-wide 3x3 convs: 8
-columns for 7; `_flat_window_tile`), each pixel's window read from the padded input.
+lays its buffer out NHWC). So does a conv of a wider window whose row tile would compute much
+more than its output (AVX2's 7-wide 3x3 convs: 8 columns for 7; `_flat_window_tile`), each
+pixel's window read from the padded input.
 """
 
 from __future__ import annotations
@@ -610,8 +610,8 @@ def conv2d_nhwc_ohwi(
     packed_kernel: 5-D: [ceil(out_channel / ob), kernel_h, kernel_w, in_channel / groups, ob].
     Returns 4-D, NHWC: [batch, out_height, out_width, out_channel], named
     "conv2d_nhwc_ohwi" (with `cfg.flat`: [batch, row chunks, a chunk's pixels, out_channel],
-    which the schedule lays out NHWC; `_flat_conv`). The intermediate "conv2d_nhwc_ohwi_acc" covers the
-    padded tile grid; the schedule keeps it in registers. The batch is data's: it may be
+    which the schedule lays out NHWC; `_flat_conv`). The intermediate "conv2d_nhwc_ohwi_acc"
+    covers the padded tile grid; the schedule keeps it in registers. The batch is data's: it may be
     symbolic (`geo` then has a representative batch).
     """
     ob, owb = cfg.oc_block, cfg.ow_block

@@ -475,9 +475,8 @@ class _LastStage(torch.nn.Module):
 
 def _flat_pixels(func) -> tuple[int, int] | None:
     """(chunks, pixels of a chunk) that a flat conv's output block iterates, None in a function
-    without one. Asserts that such a block writes the function's output NHWC from the local
-    accumulator (the epilogue inlined into it: no other block reads the accumulator or writes
-    the output)."""
+    without one. Asserts that such a block reads the local accumulator and writes the
+    function's output, 4-D (so the epilogue was inlined into it)."""
     sch = tvm.s_tir.Schedule(func)
     try:
         out = sch.get(sch.get_sblock("conv2d_nhwc_ohwi"))
@@ -497,9 +496,9 @@ def _flat_pixels(func) -> tuple[int, int] | None:
 @pytest.mark.parametrize("isa", ISAS)
 def test_flat_pixel_tiles_in_a_model(isa):
     """With 12 accumulators (AVX2, SSE), the 1x1 convs take flat tiles, their epilogues (bias,
-    ReLU, the residual add) written with each tile, from the registers, to NHWC: the three 7-wide ones in one chunk, the
-    14-wide one (2 columns of 4 vectors: 8) in a chunk of 7 rows per thread; with 24 (AVX-512),
-    7 columns of two vectors are enough. Run against PyTorch where the host runs the code."""
+    ReLU, the residual add) written with each tile, from the registers, to NHWC: the three
+    7-wide ones in one chunk, the 14-wide one (2 columns of 4 vectors: 8) in a chunk of 7 rows
+    per thread; with 24 (AVX-512), 7 columns of two vectors are enough. Run against PyTorch where the host runs the code."""
     torch.manual_seed(0)
     model, x = _LastStage().eval(), torch.randn(1, 256, 14, 14)
     target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
@@ -509,6 +508,8 @@ def test_flat_pixel_tiles_in_a_model(isa):
     # 49 pixels (tiles of 5: two vectors; 160 and 512 channels are not 24s); the 14-wide row
     # tile's 8 accumulators give way to every one of the 12: 98 pixels a chunk (tiles of 6)
     assert sorted(filter(None, flat)) == ([(1, 49), (1, 49), (1, 49), (2, 98)] if twelve else []), flat
+    # the last conv (flat where twelve) writes over the shortcut it adds (accel_target.inplace)
+    assert "R.call_tir_inplace" in mod["main"].script()
     if runs_here(target):
         with torch.no_grad():
             ref = model(x).numpy()
