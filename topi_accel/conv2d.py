@@ -611,8 +611,8 @@ def conv2d_nhwc_ohwi(
     Returns 4-D, NHWC: [batch, out_height, out_width, out_channel], named
     "conv2d_nhwc_ohwi" (with `cfg.flat`: [batch, row chunks, a chunk's pixels, out_channel],
     which the schedule lays out NHWC; `_flat_conv`). The intermediate "conv2d_nhwc_ohwi_acc"
-    covers the padded tile grid; the schedule keeps it in registers. The batch is data's: it may be
-    symbolic (`geo` then has a representative batch).
+    covers the padded tile grid; the schedule keeps it in registers. The batch is data's: it
+    may be symbolic (`geo` then has a representative batch).
     """
     ob, owb = cfg.oc_block, cfg.ow_block
     if geo.groups > 1 and geo.out_c % ob:  # padded channels would read past the input's groups
@@ -741,7 +741,7 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock("conv2d_nhwc_ohwi_acc")
     out = sch.get_sblock("conv2d_nhwc_ohwi")
-    if cfg.flat:  # its output block iterates the accumulator's pixels, each stored at its row and column
+    if cfg.flat:
         _flat_output_nhwc(sch, out, geo)
     n, h, w, o, rkh, rkw, rc = sch.get_loops(acc)
     wo, wi = sch.split(w, [None, cfg.ow_block])

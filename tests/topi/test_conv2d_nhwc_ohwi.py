@@ -498,7 +498,8 @@ def test_flat_pixel_tiles_in_a_model(isa):
     """With 12 accumulators (AVX2, SSE), the 1x1 convs take flat tiles, their epilogues (bias,
     ReLU, the residual add) written with each tile, from the registers, to NHWC: the three
     7-wide ones in one chunk, the 14-wide one (2 columns of 4 vectors: 8) in a chunk of 7 rows
-    per thread; with 24 (AVX-512), 7 columns of two vectors are enough. Run against PyTorch where the host runs the code."""
+    per thread; with 24 (AVX-512), 7 columns of two vectors are enough. Run against PyTorch
+    where the host runs the code."""
     torch.manual_seed(0)
     model, x = _LastStage().eval(), torch.randn(1, 256, 14, 14)
     target = tvm.target.Target({**ISAS[isa], "num-cores": 2})  # the row chunks split among 2
