@@ -684,7 +684,6 @@ def _flat_conv(data: te.Tensor, packed_kernel: te.Tensor, geo: Conv2DGeometry, c
         lambda n, z, p, o: te.sum(read(n, z, p) * packed_kernel[o // ob, rkh, rkw, rc, o % ob], axis=[rkh, rkw, rc]),
         name="conv2d_nhwc_ohwi_acc",
     )
-    # the output over the accumulator's axes, without the tail tiles' padding
     return te.compute((batch, chunks, span, geo.out_c), lambda n, z, p, o: acc[n, z, p, o], name="conv2d_nhwc_ohwi")
 
 
