@@ -1,8 +1,8 @@
-"""python -m accel_target: the accel-tvm command line (see accel_target.cli)."""
+"""python -m accel_target: the accel-tvm command line (see accel_target.tools.cli)."""
 
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

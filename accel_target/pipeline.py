@@ -6,32 +6,33 @@ and `tune` all run (`run_phases`):
 
     graph       graph_passes: check indexing, fold BN into conv, decompose for inference, ConvertLayout to
                 NHWC/OHWI, fold every weight transform, cancel the rest (the first conv reads
-                the NCHW image), large products with a constant weight in Strassen's form
+                the NCHW image)
     legalize    legalize_passes: LegalizeOps (the strategies pick the kernels)
     kernels     kernel_passes: fuse elementwise ops into the accel kernels' write-back
                 (epilogues) or into one kernel of their own, split TVM's own kernels across
                 threads, write a kernel's output over a residual that dies with it
     lowering    lowering_passes: TVM's CPU dataflow lowering and finalization, then what the
-                build does to every lowered kernel (topi_accel.tuning.lowered_kernel_steps)
+                build does to every kernel (topi_accel.tuning.lowered_kernel_steps)
 
-``tvm.compile(mod, target="accel", relax_pipeline="accel")`` runs all four.
+``tvm.compile(mod, target="accel", relax_pipeline="accel", tir_pipeline="accel")`` runs all
+four, and the TIR pipeline "accel": TVM's, with the register tiles' accumulators kept on the
+stack (topi_accel.tir_passes.stacktiles).
 
 The contract: accel never fails where stock TVM succeeds. Each step of ours applies
 or leaves what it would change as it was: a graph pass that raises (or leaves a
 module that is not well-formed) gives back the module it was handed; ConvertLayout, where
 it leaves an op in a layout that TVM has no kernel for, is undone (`run_phases`); a kernel rewrite
-(epilogue, parallelization, WriteInPlace, InsertPrefetches, SerialSmallKernels, ClaimIterations) that
+(epilogue, parallelization, WriteInPlace, InsertPrefetches, SerialSmallKernels) that
 raises on one kernel leaves that kernel as it was; a strategy that raises gives the
 op to the next implementation or TVM's kernel (strategy/dispatch.py). Each such
-decline is recorded (strategy.registry.decline: the report's `declines`, and the
-"accel" logger); strict mode makes it a StrictModeError.
+decline is recorded (accel_target.declines: the report's `declines`, and the "accel"
+logger); strict mode makes it a StrictModeError.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,33 +41,24 @@ from tvm import relax
 from tvm.relax.backend import cpu_generic
 
 import topi_accel
-from strategy import strict as strict_mode
-from strategy.registry import attempt, decline, keep, provisional_declines, recording_declines, suspended
+from strategy.registry import suspended
+from topi_accel.tir_passes.stacktiles import stack_register_tiles
 
-from . import deploy, launches
-from .deploy import AccelExecutable
-from .folding import fold_constant_subgraphs
-from .indexing import check_indexing
-from .inplace import write_in_place
-from .launches import share_launches
-from .microbatch import micro_batch
-from .quantize import quantize_qdq
-from .reporting import Report, calls_of, module_kernels, runtime_kernels
-from .strassen import Strassen
+from .declines import attempt, decline, keep, provisional_declines
+from .passes.constants import BindConstantSizes, EmptyConstantsAtRunTime, ShareConstants
+from .passes.fast_math import FastMath
+from .passes.fold_numpy import FoldConstantNumpy
+from .passes.fold_subgraphs import fold_constant_subgraphs
+from .passes.indexing import check_indexing
+from .passes.inplace import write_in_place
+from .passes.microbatch import micro_batch
+from .passes.pad_as_conv import PadAsConv
+from .passes.quantize import quantize_qdq
+from .passes.read_input_nchw import ReadInputNCHW
+from .passes.simplify_layouts import SimplifyLayouts
+from .passes.whole_input_pooling import WholeInputPooling
+from .reporting import calls_of
 from .target import is_accel
-from .transforms import (
-    BindConstantSizes,
-    EmptyConstantsAtRunTime,
-    FastMath,
-    FoldConstantNumpy,
-    PadAsConv,
-    ReadInputNCHW,
-    ShareConstants,
-    SimplifyLayouts,
-    WholeInputPooling,
-    convert_input_layout,
-    convert_output_layout,
-)
 
 # Only the convs are asked for a layout; pooling, norms, concat, pad, resize,
 # reductions, softmax and elementwise ops follow their input's layout through
@@ -98,7 +90,7 @@ def convert_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 def contained(step: tvm.transform.Pass) -> tvm.transform.Pass:
     """`step` (a module pass), or the module it was handed where it raises or leaves a module
-    that is not well-formed: declined, see strategy.registry.decline."""
+    that is not well-formed: declined, see accel_target.declines.decline."""
     name = step.info.name
 
     def checked(mod: tvm.IRModule) -> tvm.IRModule:
@@ -141,9 +133,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
             FastMath(),
             ReadInputNCHW(),  # the first conv reads the image as it is, not its transpose
             relax.transform.DeadCodeElimination(),
-            micro_batch,  # a batch's leading layers one sample at a time (accel_target/microbatch.py)
-            # after it, which keeps a batch's samples apart: these products mix the rows' halves
-            Strassen(),  # large products with a constant weight as seven half-size ones (accel_target/strassen.py)
+            micro_batch,  # a batch's leading layers one sample at a time (accel_target/passes/microbatch.py)
         ]
     ]
 
@@ -162,7 +152,7 @@ def _update_prim_funcs(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
 
 def per_kernel(step: str, rewrite):
     """rewrite(func) -> func or None, as rewrite(name, func) that leaves a kernel on which it
-    raises as it was (declined, see strategy.registry.decline)."""
+    raises as it was (declined, see accel_target.declines.decline)."""
     return lambda name, func: attempt(step, name, rewrite, func)
 
 
@@ -197,7 +187,7 @@ _FUSION: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_fus
 @tvm.transform.module_pass(opt_level=0, name="NoteFusion")
 def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Between FuseOps and FuseTIR: put the group functions FuseOps made in the open
-    `_noting_fusion` log, once per call (identical groups share one function), in the order
+    `noting_fusion` log, once per call (identical groups share one function), in the order
     the functions that are not groups call them, for the report (reporting.fused_into);
     changes nothing."""
     log = _FUSION.get()
@@ -219,7 +209,7 @@ def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 @contextlib.contextmanager
-def _noting_fusion():
+def noting_fusion():
     log: list = []
     token = _FUSION.set(log)
     try:
@@ -260,7 +250,7 @@ def kernel_passes() -> list[tvm.transform.Pass]:
 
 def kernel_step(name: str, rewrite) -> tvm.transform.Pass:
     """A module pass applying rewrite(func) -> func or None to every kernel, leaving a kernel
-    on which it raises as it was (declined, see strategy.registry.decline)."""
+    on which it raises as it was (declined, see accel_target.declines.decline)."""
 
     @tvm.transform.module_pass(opt_level=0, name=name)
     def _step(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -276,7 +266,7 @@ def no_alias_shape_functions(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     function of one buffer. TVM's LLVM code generator marks the arguments of every function
     of the module ``noalias`` only when all of them are: one ``shape_func`` made every
     kernel of a dynamic build lose it, its register tiles reloaded and stored around each
-    FMA (BERT's dense kernels 2.2x slower than in the static build)."""
+    FMA."""
 
     def mark(_name, func):
         attrs = func.attrs or {}
@@ -289,16 +279,14 @@ def no_alias_shape_functions(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 def lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """TVM's CPU dataflow lowering and finalization, shape functions marked no-alias like the
-    kernels, then the steps the build applies to every lowered kernel (prefetches, claimed
-    iterations: topi_accel.tuning.lowered_kernel_steps, which the tuner runs too), after
-    TVM's, as they leave the kernels without the blocks that RewriteDataflowReshape reads;
-    last, consecutive kernels merged into one launch of the thread pool (SharedLaunches)."""
+    kernels, then the steps the build applies to every kernel (small ones serial, prefetches:
+    topi_accel.tuning.lowered_kernel_steps, which the tuner runs too), after TVM's, as they
+    leave the kernels without the blocks that RewriteDataflowReshape reads."""
     return (
         cpu_generic.pipeline.dataflow_lower_passes(target)
         + cpu_generic.pipeline.finalize_passes(target)
         + [no_alias_shape_functions]
         + [kernel_step(name, rewrite) for name, rewrite in topi_accel.tuning.lowered_kernel_steps(target)]
-        + [share_launches]  # (contained by run)
     )
 
 
@@ -386,180 +374,25 @@ def get_pipeline() -> tvm.transform.Pass:
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="StackRegisterTiles")
-def stack_register_tiles(func: tvm.tirx.PrimFunc, _mod, _ctx) -> tvm.tirx.PrimFunc:
-    """topi_accel.stacktiles on a function built for an accel target (keys of its "target"
-    attribute), at the end of TVM's TIR pipeline; one it fails on stays as it was (declined)."""
+def stack_tiles(func: tvm.tirx.PrimFunc, _mod, _ctx) -> tvm.tirx.PrimFunc:
+    """topi_accel.tir_passes.stacktiles on a function built for an accel target (keys of its
+    "target" attribute); one it fails on stays as it was (declined)."""
     if not is_accel((func.attrs or {}).get("target")):
         return func
     name = str((func.attrs or {}).get("global_symbol", "a kernel"))
-    return attempt("StackRegisterTiles", name, topi_accel.stacktiles.stack_register_tiles, func) or func
+    return attempt("StackRegisterTiles", name, stack_register_tiles, func) or func
 
 
-def _with_stacked_tiles(default):
-    """TVM's TIR pipeline factory `default` with stack_register_tiles after its lowering."""
-
-    def factory(**kwargs):
-        lowering, finalize_host, finalize_device = default(**kwargs)
-        return tvm.transform.Sequential([lowering, stack_register_tiles], name="s_tir"), finalize_host, finalize_device
-
-    factory.accel_stacks_tiles = True
-    return factory
+def tir_pipeline(**kwargs):
+    """TVM's TIR pipeline for CPUs with `stack_tiles` after its lowering, where the register
+    tiles' allocations are final and not yet taken from the workspace pool (registered as the
+    TIR pipeline "accel")."""
+    lowering, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir", **kwargs)
+    return tvm.transform.Sequential([lowering, stack_tiles], name="accel"), finalize_host, finalize_device
 
 
 def register() -> None:
-    """The Relax pipeline "accel"; and stack_register_tiles appended to TVM's default TIR
-    pipeline (every `tvm.compile`, this package's builds included), once."""
+    """The Relax pipeline "accel" and the TIR pipeline "accel" (idempotent)."""
     if "accel" not in relax.pipeline.PIPELINE_MAP:
         relax.register_pipeline("accel")(get_pipeline)
-    tir_pipelines = tvm.tirx.compilation_pipeline.PIPELINE_MAP
-    if not getattr(tir_pipelines["s_tir"], "accel_stacks_tiles", False):
-        tir_pipelines["s_tir"] = _with_stacked_tiles(tir_pipelines["s_tir"])
-
-
-def _prepare(mod: tvm.IRModule, params, input_layout, output_layout=None) -> tvm.IRModule:
-    if not isinstance(mod, tvm.IRModule) or "main" not in [g.name_hint for g in mod.functions]:
-        what = type(mod).__name__ if not isinstance(mod, tvm.IRModule) else "an IRModule without 'main'"
-        raise TypeError(f"accel: expected an IRModule with a Relax function 'main', got {what}")
-    if params:
-        names = {p.name for p in mod["main"].params}
-        unknown = sorted(set(params) - names)
-        if unknown:
-            raise ValueError(f"accel: params {unknown} are not inputs of main (inputs: {sorted(names)})")
-        arrays = {k: v if isinstance(v, tvm.runtime.Tensor) else tvm.runtime.tensor(v) for k, v in params.items()}
-        mod = relax.transform.BindParams("main", arrays)(mod)
-        main = mod["main"]
-        if main.attrs is not None and "num_input" in main.attrs:  # every remaining parameter is an input now
-            mod["main"] = main.without_attr("num_input")
-    return convert_output_layout(convert_input_layout(mod, input_layout), output_layout)
-
-
-def optimize(
-    mod: tvm.IRModule,
-    params=None,
-    *,
-    target="accel",
-    input_layout=None,
-    output_layout=None,
-    strict=None,
-    tuning_db=None,
-) -> tvm.IRModule:
-    """`mod` after the accel pipeline up to kernels: every op a call_tir to a named PrimFunc.
-
-    Same arguments as `build`; for inspection (``.script()``) and for `report`.
-    """
-    return _optimize(mod, params, target, input_layout, strict, tuning_db, output_layout)[0]
-
-
-def _graph(mod, params, target, input_layout, output_layout=None) -> tvm.IRModule:
-    with target:
-        prepared = _prepare(mod, params, input_layout, output_layout)
-    return run_phases(prepared, target, "graph", "graph")["graph"]
-
-
-def _strictness(strict):
-    """strict mode on or off within the block; None: as the enclosing block says."""
-    return contextlib.nullcontext() if strict is None else strict_mode(strict)
-
-
-def _optimize(mod, params, target, input_layout, strict=None, tuning_db=None, output_layout=None):
-    """(module after the kernel passes, its Report without runtime kernels)."""
-    target = tvm.target.Target(target)
-    if tuning_db is not None and not os.path.isfile(tuning_db):  # not an empty database: the heuristic's configs
-        raise FileNotFoundError(
-            f"tuning database {os.fspath(tuning_db)!r} does not exist; write it with accel_target.tune (accel-tvm tune)"
-        )
-    db = None if tuning_db is None else topi_accel.tuning.TuningDB(tuning_db)
-    with _strictness(strict), recording_declines() as declines:
-        with target:
-            prepared = _prepare(mod, params, input_layout, output_layout)
-        with topi_accel.tuning.using(db), _noting_fusion() as groups:
-            done = run_phases(prepared, target, "graph", "kernels")
-    if any(d.step == "FuseOps" for d in declines):  # declined: the module was left unfused
-        groups = []
-    return done["kernels"], Report.of_modules(done["graph"], done["legalize"], groups, declines)
-
-
-def build(
-    mod: tvm.IRModule,
-    params=None,
-    *,
-    target="accel",
-    input_layout=None,
-    output_layout=None,
-    strict=None,
-    tuning_db=None,
-    weights="embedded",
-) -> relax.VMExecutable:
-    """Compile a whole model for accel: the `relay.build(mod, target, params)` of this target.
-
-    mod: IRModule with a Relax `main` (e.g. from `from_torch` / `from_onnx`).
-    params: name -> array for inputs of main to bind as weights (e.g. from
-        ``keep_params_as_input=True``); a module whose weights are constants needs none.
-    input_layout: None keeps main's signature; "NHWC" makes every 4-D NCHW
-        input channels-last (a PyTorch channels_last tensor's memory as is).
-    output_layout: None keeps main's outputs; "NHWC" returns every 4-D NCHW output
-        channels-last (an image-to-image model fed NHWC then has no transform at all).
-    strict: raise StrictModeError instead of falling back to TVM's kernel, or of leaving
-        a kernel or the module as it was where a step of ours fails (None: as an
-        enclosing ``with accel_target.strict():`` says, else False).
-    tuning_db: a JSON file written by `tune`: its configs replace the heuristic's (a path
-        that does not exist raises FileNotFoundError).
-    weights: "embedded" keeps the weights (folded and packed for the kernels) in the
-        executable; "separate" makes them trailing inputs of main, kept in
-        ``executable.weights`` for `deploy.save` to write beside the library.
-
-    Returns an AccelExecutable: a VMExecutable (for relax.VirtualMachine, export_library)
-    with ``.report`` (also `report(executable)`: which kernel every op got, what runs, and
-    which step declined what, left it as it was, and why) and ``.weights``.
-    """
-    if weights not in deploy.WEIGHT_MODES:
-        raise ValueError(
-            f"accel build: weights={weights!r} is not supported; supported: {', '.join(deploy.WEIGHT_MODES)}"
-        )
-    with _strictness(strict), recording_declines() as declines:
-        lowered, report = _optimize(mod, params, target, input_layout, None, tuning_db, output_layout)
-        lifted = None
-        if weights == "separate":
-            lowered, lifted = deploy.lift_weights(lowered)
-        target = tvm.target.Target(target)
-        final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
-        # shared launches are checked kernel by kernel, not merged (SharedLaunches): where the
-        # build fails with them, it is made again without them
-        if launches.shares(final):
-            executable = attempt("SharedLaunches", "module", lambda: tvm.compile(final, target, relax_pipeline=None))
-        else:
-            executable = tvm.compile(final, target=target, relax_pipeline=None)
-        if executable is None:
-            with launches.disabled():
-                final = run_phases(lowered, target, "lowering", "lowering")["lowering"]
-            executable = tvm.compile(final, target=target, relax_pipeline=None)
-    # the kernels main calls, read from the module the executable is made of
-    return AccelExecutable(executable, report.with_kernels(module_kernels(final)).with_declines(declines), lifted)
-
-
-def report(subject) -> Report:
-    """Which kernel every op got, and the layout transforms left at run time.
-
-    subject: an executable from `build`, or a model from `load` (its full report, kept
-    with it); a Relax module, which goes through `optimize` first (target "accel"); or a
-    VMExecutable built another way (``tvm.compile(..., relax_pipeline="accel")``), whose
-    report lists the kernels it calls.
-    """
-    if isinstance(subject, AccelExecutable):
-        return subject.report
-    if isinstance(subject, deploy.Deployed):
-        if subject.report is None:
-            raise ValueError(
-                f"accel report: {subject.library!r} was saved without a report (its signature file has none); "
-                "save the model again with accel_target.save"
-            )
-        return subject.report
-    if isinstance(subject, relax.VMExecutable):
-        return Report.of_kernels(runtime_kernels(subject))
-    if isinstance(subject, tvm.IRModule):
-        lowered, rep = _optimize(subject, None, "accel", None)
-        return rep.with_kernels(module_kernels(lowered))
-    raise TypeError(
-        f"accel report: expected an executable from build, a model from load, a VMExecutable or an IRModule, "
-        f"got {type(subject).__name__}"
-    )
+    tvm.tirx.register_tir_pipeline("accel", tir_pipeline)

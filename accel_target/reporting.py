@@ -30,11 +30,11 @@ import tvm
 from tvm import relax
 
 import strategy
-from strategy.dispatch import FALLBACK, SKIPPED, describe_inputs
+from strategy.dispatch import FAILED, FALLBACK, SKIPPED, describe_inputs
 from strategy.layout import WEIGHT_TRANSFORM
-from strategy.registry import Decline
 from topi_accel.epilogue import IMPL
-from topi_accel.shared_launch import MEMBERS, member_names
+
+from .declines import Decline
 
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 # kinds of OpRow: an accel kernel; TVM's kernel although an accel implementation exists (reason
@@ -110,8 +110,7 @@ def _kernel_call(mod: tvm.IRModule, expr) -> tuple[tvm.ir.GlobalVar, list] | Non
 
 def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of a module calls (call_tir, call_tir_inplace, or the
-    calls of a module lowered for the VM), accel's known by their IMPL attribute; a shared
-    launch (accel_target.launches) counts as the kernels it runs (none a layout transform)."""
+    calls of a module lowered for the VM), accel's known by their IMPL attribute."""
     calls = []
 
     def visit(expr) -> None:
@@ -119,10 +118,6 @@ def module_kernels(mod: tvm.IRModule, function: str = "main") -> KernelCounts:
         if found is None:
             return
         gvar, inputs = found
-        members = (mod[gvar].attrs or {}).get(MEMBERS)
-        if members is not None:
-            calls.extend((str(name), False, bool(str(impl))) for name, impl in members)
-            return
         const = bool(inputs) and all(isinstance(a, tvm.ir.expr.Constant) for a in inputs)
         calls.append((gvar.name_hint, const, kernel_impl(mod, gvar) is not None))
 
@@ -143,8 +138,7 @@ def is_accel_kernel_name(name: str, computes: set[str]) -> bool:
 
 def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> KernelCounts:
     """Count the kernels `function` of an executable calls, read from its VM bytecode text
-    (TVM 0.27's VMExecutable gives no structured access to its instructions); a shared
-    launch by the names of the kernels it runs, in its own (accel_target.launches)."""
+    (TVM 0.27's VMExecutable gives no structured access to its instructions)."""
     calls, in_function, computes = [], False, accel_computes()
     for line in executable.as_text().splitlines():
         if line.startswith("@"):
@@ -153,10 +147,6 @@ def runtime_kernels(executable: relax.VMExecutable, function: str = "main") -> K
         match = _CALL.match(line)
         if in_function and match and not match.group(1).startswith("vm.builtin"):
             name, args = match.groups()
-            members = member_names(name)
-            if members is not None:
-                calls.extend((member, False, is_accel_kernel_name(member, computes)) for member in members)
-                continue
             inputs = [a.strip() for a in args.split(",")][:-1]  # the last argument is the output
             const = bool(inputs) and all(a.startswith("c[") for a in inputs)
             calls.append((name, const, is_accel_kernel_name(name, computes)))
@@ -321,7 +311,7 @@ def fused_into(segmented: dict, legalized: tvm.IRModule, groups, function: str =
 @dataclass(frozen=True)
 class Report:
     """rows: what every op got; kernels: what the executable calls; declines: the steps that
-    failed somewhere and left it as it was (strategy.registry.Decline: step, where, reason)."""
+    failed somewhere and left it as it was (accel_target.declines.Decline: step, where, reason)."""
 
     rows: tuple[OpRow, ...]
     kernels: KernelCounts | None = field(default=None)
@@ -348,7 +338,7 @@ class Report:
                 rows.append(OpRow(op, inputs, layouts, FUSED, f"fused into {hosts[var]}"))
             else:
                 rows.append(OpRow(op, inputs, layouts, TVM, "TVM"))
-        return Report(tuple(rows), declines=tuple(declines))
+        return Report(tuple(rows)).with_declines(declines)
 
     @staticmethod
     def of_kernels(kernels: KernelCounts) -> Report:
@@ -364,7 +354,15 @@ class Report:
         return replace(self, kernels=kernels)
 
     def with_declines(self, declines: Sequence[Decline]) -> Report:
-        return replace(self, declines=tuple(declines))
+        """This report with `declines` (the build's), then the implementations that failed on
+        an op (read from the kernels: strategy.dispatch)."""
+        failed = [
+            Decline(impl, f"{row.op} on {', '.join(row.inputs)}", why.removeprefix(FAILED))
+            for row in self.rows
+            for impl, why in row.skipped
+            if why.startswith(FAILED)
+        ]
+        return replace(self, declines=(*declines, *failed))
 
     def count(self, kind: str, ops: Sequence[str] | None = None) -> int:
         return sum(r.kind == kind and (ops is None or r.op in ops) for r in self.rows)

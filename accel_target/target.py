@@ -22,8 +22,6 @@ from tvm.target import codegen
 
 from topi_accel import amx
 
-from . import threads
-
 TAG = "accel"
 KEY = "accel"
 logger = logging.getLogger(__name__)
@@ -46,9 +44,9 @@ def host_cpu() -> str:
 
     LLVM names the CPU by its vendor, family and model, not by the features
     the CPU reports, so the name is kept only where its x86-64 level is the
-    one the CPU's flags allow: a Zen 4 or Ice Lake VM whose hypervisor hides
-    AVX-512 is still named znver4 or icelake-server, and code for that name
-    would stop at its first AVX-512 instruction. Otherwise the level stands
+    one the CPU's flags allow: a VM whose hypervisor hides AVX-512 may still be
+    named after an AVX-512 CPU, and code for that name would stop at its first
+    AVX-512 instruction. Otherwise the level stands
     in (x86-64-v3 there).
     """
     cpu = str(codegen.llvm_get_system_cpu())
@@ -94,8 +92,7 @@ AMX_CPU = (
 def _with_amx(cpu: str) -> str:
     """`cpu`, or the first LLVM CPU with AMX when the host has AMX (its flags, and Linux lends
     this process the tile registers) but LLVM's name for it lacks it: LLVM names the CPU by
-    its model number, and a VM may report an older model (a 2-core cloud VM here reports
-    Rocket Lake's model and has Sapphire Rapids' AMX and AVX-512 FP16)."""
+    its model number, and a VM may report an older model than the features it lends."""
     name, flags = AMX_CPU
     if codegen.llvm_cpu_has_features(["amx-int8"], tvm.target.Target({"kind": "llvm", "mcpu": cpu})):
         return cpu
@@ -133,20 +130,11 @@ def is_accel(target: tvm.target.Target | None) -> bool:
     return target is not None and KEY in [str(k) for k in target.keys]
 
 
-def use_all_cores() -> None:
-    """Make TVM's thread pool use every core, yield the cores when idle and leave its
-    workers unpinned, unless the user chose otherwise (`threads.configure_pool`).
-
-    The pool reads TVM_NUM_THREADS once, when it first runs parallel work, and
-    without it takes half the hardware threads (one of two cores here);
-    ``runtime.config_threadpool`` does not raise that number afterwards.
-    """
-    threads.configure_pool(host_cores())
-
-
 def num_threads() -> int:
-    """Threads TVM's pool runs kernels on."""
-    return int(tvm.get_global_func("runtime.NumThreads")())
+    """Threads accel's pool runs kernels on: ``TVM_NUM_THREADS`` where set, else every core
+    this process may run on (runtime/pool.c reads the same)."""
+    value = os.environ.get("TVM_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else host_cores()
 
 
 def machine() -> str:
@@ -155,7 +143,7 @@ def machine() -> str:
 
 
 def register() -> None:
-    """Register the "accel" tag (idempotent) and size the thread pool."""
+    """Register the "accel" tag (idempotent)."""
     config = target_config()
     tvm.target.register_tag(TAG, config, override=True)
     if not codegen.llvm_cpu_has_features(["avx2"], tvm.target.Target(TAG)):
@@ -164,4 +152,3 @@ def register() -> None:
             "but several times slower than on an AVX2 or AVX-512 host",
             config["mcpu"],
         )
-    use_all_cores()

@@ -4,21 +4,21 @@ Importing this package registers the implementations in its own registry;
 `install()` hooks them into Relax legalization (done by `import accel_target`).
 """
 
-from . import conv1d, conv2d, conv2d_int8, dense, dense_int8  # noqa: F401  (conv2d_int8, dense_int8: registered only)
+from . import conv1d, conv2d, conv2d_int8, dense, dense_int8, strassen  # noqa: F401  (registered only)
 from .dispatch import install as _install_op
 from .registry import (
     Decision,
-    Decline,
     Implementation,
+    Options,
     StrictModeError,
     covered_ops,
     implementations,
     recording,
-    recording_declines,
     register,
     select,
     strict,
     suspended,
+    using,
 )
 
 
@@ -30,8 +30,8 @@ def install() -> None:
 
 __all__ = [
     "Decision",
-    "Decline",
     "Implementation",
+    "Options",
     "StrictModeError",
     "conv1d",
     "conv2d",
@@ -40,9 +40,9 @@ __all__ = [
     "implementations",
     "install",
     "recording",
-    "recording_declines",
     "register",
     "select",
     "strict",
     "suspended",
+    "using",
 ]

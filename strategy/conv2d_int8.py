@@ -1,6 +1,6 @@
 """relax.nn.conv2d on integers for the accel target: conv2d_nhwc_ohwi_int8.
 
-The calls that accel_target.quantize makes of quantized convolutions: uint8 or int8
+The calls that accel_target.passes.quantize makes of quantized convolutions: uint8 or int8
 activations, a constant int8 kernel, ``out_dtype="int32"``; any plain layout (ConvertLayout
 makes them NHWC / OHWI), ungrouped or depthwise. The requantize after it is elementwise
 Relax, which becomes the kernel's epilogue.

@@ -4,8 +4,8 @@ A matmul whose right operand is a 2-D [in, out] matrix is a dense layer:
 PyTorch's nn.Linear arrives as ``matmul(x, permute_dims(W))``, which is
 exactly that once the transpose of the constant W is folded. A matmul of two
 batches of matrices (attention's Q @ K^T and P @ V) is a batch_matmul_kn; one whose
-right operand is a constant batch [B, K, N] (Strassen's seven products,
-accel_target.strassen) a batch_dense_kn, its weights packed at compile time.
+right operand is a constant batch [B, K, N] a batch_dense_kn, its weights packed at compile
+time (the kernel strategy.strassen runs Strassen's seven products on).
 """
 
 from __future__ import annotations

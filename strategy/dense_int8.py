@@ -1,6 +1,6 @@
 """relax.matmul on integers for the accel target: dense_kn_int8.
 
-The calls that accel_target.quantize makes of quantized dense layers: uint8 or int8
+The calls that accel_target.passes.quantize makes of quantized dense layers: uint8 or int8
 activations [..., in] times a constant int8 weight [in, out] (any transpose folded
 already), ``out_dtype="int32"``. The requantize after it becomes the kernel's epilogue.
 """

@@ -4,22 +4,24 @@
 function as the op attribute "accel.FLegalizeTVM", which also marks the hook
 as installed (so a second install, or a re-import, changes nothing).
 
-An implementation whose condition or legalization raises is declined for that call
-(recorded, see registry.decline) and the next one is tried, then TVM's own: a
-failing strategy never fails the build, except in strict mode.
+An implementation whose condition or legalization raises is skipped for that call, its
+error logged on the "accel" logger and kept in the call's skipped list ("failed: ..."), and
+the next one is tried, then TVM's own: a failing strategy never fails the build, except in
+strict mode, where it is a StrictModeError.
 
 The decision travels with the kernels, as PrimFunc attributes that the report reads:
 an implementation's legalization adds its kernel through `kernel_call`, which marks it
 (topi_accel.epilogue.mark_kernel: the attribute and output-block annotation IMPL, read
 by epilogue inlining, WriteInPlace and the report) and records the implementations
 skipped before it (SKIPPED); a fallback to TVM's kernel gets FALLBACK (the reasons) and
-SKIPPED. An implementation whose legalization made no kernel through `kernel_call` is
-declined like one that raised.
+SKIPPED. An implementation whose legalization made no kernel through `kernel_call` fails like one
+that raised.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 
 import tvm
 from tvm import relax
@@ -27,7 +29,7 @@ from tvm.ir import Op
 
 from topi_accel.epilogue import mark_kernel
 
-from .registry import Decision, StrictModeError, decline, implementations, is_strict, is_suspended, reason_of, record
+from .registry import Decision, StrictModeError, implementations, is_strict, is_suspended, reason_of, record
 
 ORIGINAL_ATTR = "accel.FLegalizeTVM"
 # PrimFunc attributes: why TVM's kernel (reasons joined), and [[implementation, reason], ...] skipped
@@ -36,6 +38,8 @@ SKIPPED = "accel.skipped"
 # TVM's kOutEWiseFusable: FuseOps may append elementwise consumers (the
 # epilogue), never merge the kernel into something else
 OUT_ELEMWISE_FUSABLE = 4
+FAILED = "failed: "  # the start of a skipped implementation's reason when it raised
+_LOGGER = logging.getLogger("accel")
 
 
 def _dim(d):
@@ -102,17 +106,21 @@ def _legalize(impl, bb: relax.BlockBuilder, call: relax.Call, skipped: list) -> 
 
 def _try(impl, bb: relax.BlockBuilder, call: relax.Call, inputs, failures: list, skipped: list):
     """(legalized expression, None), or (None, why `impl` did not give one): its condition's
-    reason, or the error its condition or legalization raised (declined, see registry, and
-    appended to `failures`)."""
+    reason, or the error its condition or legalization raised (logged, and appended to
+    `failures`; in strict mode a StrictModeError)."""
     try:
         reason = impl.condition(call)
         return (None, reason) if reason is not None else (_legalize(impl, bb, call, skipped), None)
     except StrictModeError:
         raise
     except Exception as err:  # any failure: the next one, or TVM's kernel
-        decline(impl.name, _where(call, inputs), err)
+        if is_strict():
+            raise StrictModeError(f"{impl.name} failed on {_where(call, inputs)}: {reason_of(err)}") from err
+        _LOGGER.warning(
+            "%s failed on %s: %s (the next implementation takes it)", impl.name, _where(call, inputs), reason_of(err)
+        )
         failures.append(err)
-        return None, f"failed: {reason_of(err)}"
+        return None, FAILED + reason_of(err)
 
 
 def _fallback(bb: relax.BlockBuilder, call: relax.Call, failures: list):

@@ -1,23 +1,16 @@
-"""Implementations per Relax op, the record of what each call got, and of what each build
-step declined.
+"""Implementations per Relax op, and the record of what each call got.
 
 The Relax counterpart of Relay's OpStrategy: an implementation has a name
 ("<compute>.<target key>"), the target key it serves, a condition on the
 call (attributes, shapes, dtypes) and a priority level. Adding a kernel is one
 `register` call; the dispatcher tries the implementations of an op in
 priority order and records why each skipped one did not match.
-
-A build step of accel's (a graph pass, a kernel rewrite, a strategy) that fails
-leaves the module or kernel as it was and calls `decline`: a `Decline` goes to
-every open `recording_declines()` block and to the "accel" logger, and in strict
-mode it is a StrictModeError instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -57,16 +50,15 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class Decline:
-    """A build step that left something as it was because it failed there: `where` is a
-    kernel (PrimFunc) name, an op call, or "module" for a whole-module pass."""
+class Options:
+    """What a build asks of the strategies beyond the target (`accel_target.build`'s options).
 
-    step: str
-    where: str
-    reason: str
+    strassen: large float32 products with a constant weight as Strassen's seven half-size
+        products (strategy/strassen.py): 7/8 of the multiply-adds, results equal to the plain
+        product's up to rounding, the weight's memory 7/4.
+    """
 
-    def __str__(self) -> str:
-        return f"{self.step} declined {self.where}: {self.reason}"
+    strassen: bool = False
 
 
 @tvm.error.register_error  # keeps its type when raised through tvm.compile
@@ -77,9 +69,9 @@ class StrictModeError(RuntimeError):
 _IMPLEMENTATIONS: dict[str, list[Implementation]] = {}
 _STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_strict", default=False)
 _SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar("accel_suspended", default=False)
+# (Options is frozen: one default instance is safe to share)
+_OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("accel_options", default=Options())  # noqa: B039
 _LOGS: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar("accel_decisions", default=())
-_DECLINES: contextvars.ContextVar[tuple[list, ...]] = contextvars.ContextVar("accel_declines", default=())
-_LOGGER = logging.getLogger("accel")
 
 
 def register(op: str, name: str, *, condition: Condition, key: str = "accel", plevel: int = 10):
@@ -142,6 +134,15 @@ def is_strict() -> bool:
     return _STRICT.get()
 
 
+def using(options: Options):
+    """Within this block (``with using(Options(strassen=True)):``) the strategies read `options`."""
+    return _setting(_OPTIONS, options)
+
+
+def options() -> Options:
+    return _OPTIONS.get()
+
+
 def suspended():
     """Within this block the dispatcher hands every call to TVM's legalization, records
     nothing and builds no kernel: for passes that legalize only to evaluate, such as
@@ -167,59 +168,8 @@ def record(decision: Decision) -> None:
         log.append(decision)
 
 
-@contextlib.contextmanager
-def recording_declines() -> Iterator[list]:
-    """``with recording_declines() as log:`` collects the Decline of every step that failed
-    in the block. Blocks nest, as `recording`'s do."""
-    log: list = []
-    with _setting(_DECLINES, _DECLINES.get() + (log,)):
-        yield log
-
-
-@contextlib.contextmanager
-def provisional_declines() -> Iterator[list]:
-    """``with provisional_declines() as log:`` collects the Declines of the block in `log`
-    alone, for an attempt that may be discarded; `keep(log)` passes them on to the blocks
-    open around it."""
-    log: list = []
-    with _setting(_DECLINES, (log,)):
-        yield log
-
-
-def keep(declines: list) -> None:
-    """Add `declines` (from `provisional_declines`) to every open `recording_declines()` block."""
-    for log in _DECLINES.get():
-        log.extend(declines)
-
-
 def reason_of(err: BaseException) -> str:
     """One line naming what went wrong: the error's type and the first line of its message
     (a TVM error's message is the check that failed; its C++ stack is kept apart)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
-
-
-def decline(step: str, where: str, err: BaseException | str) -> Decline:
-    """Record that `step` failed on `where` and left it as it was (logged as a warning);
-    in strict mode raise StrictModeError instead, from `err`."""
-    found = Decline(step, where, err if isinstance(err, str) else reason_of(err))
-    if is_strict():
-        raise StrictModeError(f"{found}; strict mode forbids leaving it as it was") from (
-            None if isinstance(err, str) else err
-        )
-    _LOGGER.warning("%s (left as it was)", found)
-    for log in _DECLINES.get():
-        log.append(found)
-    return found
-
-
-def attempt(step: str, where: str, fn: Callable, *args, default=None):
-    """fn(*args); where it raises, `default` and the failure declined (see `decline`):
-    what `fn` would have rewritten stays as it was."""
-    try:
-        return fn(*args)
-    except StrictModeError:
-        raise
-    except Exception as err:  # any failure leaves it as it was
-        decline(step, where, err)
-        return default

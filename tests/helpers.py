@@ -10,7 +10,7 @@ import tvm.topi.testing
 from tvm import relax
 from tvm.target import codegen
 
-import accel_target  # noqa: F401  (registers the target)
+import accel_target
 from accel_target.reporting import module_kernels
 from strategy.layout import array_constant, map_array
 
@@ -75,8 +75,12 @@ def conv2d_reference(x_nhwc, w_ohwi, strides, padding, dilation, groups):
 
 
 def compile_primfunc(func: tvm.tirx.PrimFunc, target="accel"):
-    """`func` compiled for `target` (its code: `.mod.inspect_source("asm")`; run it with `run_compiled`)."""
-    return tvm.compile(tvm.IRModule({"main": func}), tvm.target.Target(target))
+    """`func` compiled for `target`, through the TIR pipeline "accel" for an accel target, as
+    the build compiles its kernels (its code: `.mod.inspect_source("asm")`; run it with
+    `run_compiled`)."""
+    target = tvm.target.Target(target)
+    pipeline = "accel" if accel_target.is_accel(target) else "default"
+    return tvm.compile(tvm.IRModule({"main": func}), target, tir_pipeline=pipeline)
 
 
 def run_compiled(lib, inputs, out_shape, dtype="float32") -> np.ndarray:

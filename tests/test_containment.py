@@ -11,9 +11,11 @@ from tvm import relax
 import accel_target
 import strategy
 import topi_accel
-from accel_target import inplace, pipeline
+from accel_target import pipeline
+from accel_target.declines import Decline, recording_declines
+from accel_target.passes import inplace
 from strategy import registry
-from strategy.registry import Decline, StrictModeError, recording_declines
+from strategy.registry import StrictModeError
 from tests.helpers import assert_close, run_executable
 
 BOOM = "RuntimeError: boom"
@@ -71,11 +73,10 @@ KERNEL_STEPS = [
     ("InlineEpilogue", topi_accel, "inline_epilogue", _accel),
     ("Parallelize", topi_accel, "parallelize", lambda func: not _accel(func)),
     ("SizesNonNegative", topi_accel.symbolic, "sizes_non_negative", lambda func: True),
-    ("WholeTiles", topi_accel.wholetiles, "whole_tiles", lambda func: True),
-    ("InsertPrefetches", topi_accel.prefetch, "insert_prefetches", lambda func: True),
-    ("SerialSmallKernels", topi_accel.workshare, "serial_when_small", lambda func: True),
-    ("ClaimIterations", topi_accel.workshare, "claim_iterations", lambda func: True),
-    ("SharedLaunches", topi_accel.shared_launch, "joining", lambda func: True),
+    ("WholeTiles", topi_accel.tir_passes.wholetiles, "whole_tiles", lambda func: True),
+    ("InsertPrefetches", topi_accel.tir_passes.prefetch, "insert_prefetches", lambda func: True),
+    ("SerialSmallKernels", topi_accel.tir_passes.serial, "serial_when_small", lambda func: True),
+    ("RoundEven", topi_accel.tir_passes.round_even, "round_even", lambda func: True),
 ]
 
 
@@ -161,7 +162,7 @@ def test_a_strategy_that_raises_gives_the_op_to_the_next_implementation(model, m
     assert convs and all(r.kind == "accel" and r.kernel != "broken.accel" for r in convs)
     assert [d.step for d in report.declines] == ["broken.accel"] * len(convs)
     assert all(d.where.startswith("relax.nn.conv2d on float32[") and d.reason == BOOM for d in report.declines)
-    with pytest.raises(StrictModeError, match="broken.accel declined relax.nn.conv2d"):
+    with pytest.raises(StrictModeError, match="broken.accel failed on relax.nn.conv2d"):
         accel_target.build(model[2], strict=True)
 
 
@@ -176,7 +177,9 @@ def test_a_failing_strategy_condition_is_a_reason_not_a_crash(model, monkeypatch
 
 def test_declines_go_to_every_open_recording_block_and_the_log(model, monkeypatch, caplog):
     monkeypatch.setattr(
-        topi_accel.prefetch, "insert_prefetches", _raising_on(lambda func: True, topi_accel.prefetch.insert_prefetches)
+        topi_accel.tir_passes.prefetch,
+        "insert_prefetches",
+        _raising_on(lambda func: True, topi_accel.tir_passes.prefetch.insert_prefetches),
     )
     with recording_declines() as outer, recording_declines() as inner:
         executable = tvm.compile(model[2], target="accel", relax_pipeline="accel")

@@ -1,29 +1,21 @@
 """Hypothesis fuzzing of conv2d (direct and Winograd) and dense configurations through
 tvm.compile(target="accel"), and of the flat pixel tiles of convs directly.
 
-CI runs ACCEL_FUZZ_EXAMPLES (default 40) examples per test, a quarter of that for Winograd;
-the full run is
-    ACCEL_FUZZ_EXAMPLES=250 python -m pytest tests/test_fuzz.py
-(250 per test, 62 Winograd convs: 812 in all).
+The tests draw the examples of the Hypothesis profile in force (tests/conftest.py): the same
+ones on every run by default, new and more of them with ``--hypothesis-profile=explore``;
+Winograd convs take a quarter of the examples.
 """
-
-import os
 
 import numpy as np
 import torch
 import tvm
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import accel_target
 import topi_accel
 from tests.helpers import assert_close, conv2d_module, conv2d_reference, matmul_module, pack, run_primfunc, run_relax
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("ACCEL_FUZZ_EXAMPLES", "40")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 CANONICAL = {"data": "NCHW", "kernel": "OIHW"}
 
 
@@ -61,7 +53,6 @@ def conv2d_cases(draw):
     )
 
 
-@FUZZ
 @given(case=conv2d_cases())
 def test_fuzz_conv2d(case):
     rng = np.random.default_rng(case["seed"])
@@ -113,7 +104,7 @@ def winograd_cases(draw):
 
 
 # a Winograd build takes a few seconds: a quarter of the examples
-@settings(FUZZ, max_examples=max(1, FUZZ.max_examples // 4))
+@settings(max_examples=max(1, settings().max_examples // 4))
 @given(case=winograd_cases())
 def test_fuzz_winograd(case):
     rng = np.random.default_rng(case["seed"])
@@ -134,7 +125,6 @@ def test_fuzz_winograd(case):
     assert_close(out, _layout(ref, "NCHW", dl).astype("float32"))
 
 
-@FUZZ
 @given(
     n=st.integers(1, 3),
     h=st.integers(2, 9),
@@ -171,7 +161,6 @@ def test_fuzz_flat_pixel_tiles(n, h, w, c, o, kernel, pad, stride, dilation, vec
     assert_close(out, conv2d_reference(x, wt, geo.stride, geo.pad, geo.dilation, 1))
 
 
-@FUZZ
 @given(
     lead=st.lists(st.integers(1, 5), min_size=0, max_size=3),
     k=st.integers(1, 70),

@@ -3,7 +3,7 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
-from . import conv2d_int8, dense_int8, stacktiles, tuning, vectorizable  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
+from . import conv2d_int8, dense_int8, tuning  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
 from .conv1d import (
     conv1d_config,
     conv1d_geometry,
@@ -15,17 +15,14 @@ from .conv1d import (
 from .conv2d import (
     Conv2DConfig,
     Conv2DGeometry,
-    conv2d_candidates,
-    conv2d_config,
     conv2d_geometry,
-    conv2d_key,
     conv2d_nhwc_ohwi,
     conv2d_nhwc_ohwi_func,
     kernel_pack_map,
     nchw_data_reason,
     schedule_conv2d_nhwc_ohwi,
-    tune_conv2d,
 )
+from .conv2d_configs import conv2d_candidates, conv2d_config, conv2d_key, tune_conv2d
 from .dense import (
     DenseConfig,
     batch_dense_kn,
@@ -43,9 +40,10 @@ from .dense import (
 from .epilogue import contains_accel_kernel, inline_epilogue
 from .generic import parallelize
 from .knobs import CPUKnobs, cpu_knobs
-from .prefetch import insert_prefetches
 from .strassen import strassen_combine_func, strassen_lefts_func
-from .wholetiles import whole_tiles
+from .tir_passes import stacktiles  # noqa: F401
+from .tir_passes.prefetch import insert_prefetches
+from .tir_passes.wholetiles import whole_tiles
 from .winograd import (
     WinogradConfig,
     conv2d_winograd,
@@ -55,9 +53,6 @@ from .winograd import (
     winograd_condition,
     winograd_config,
 )
-from .workshare import claim_iterations
-
-vectorizable.register()  # TVM 0.27 leaves round-half-to-even scalar (topi_accel/vectorizable.py)
 
 __all__ = [
     "batch_dense_kn",
@@ -76,7 +71,6 @@ __all__ = [
     "schedule_conv1d_nwc_owi",
     "DenseConfig",
     "check_dense",
-    "claim_iterations",
     "insert_prefetches",
     "conv2d_candidates",
     "conv2d_config",

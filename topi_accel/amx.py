@@ -1,6 +1,6 @@
 """AMX tiles for the int8 kernels: ``tdpbusd`` on 16 x 64-byte tile registers.
 
-Where the target has AMX (``amx-tile`` and ``amx-int8``: Sapphire Rapids and later),
+Where the target has AMX (the ``amx-tile`` and ``amx-int8`` features),
 the int8 GEMMs and ungrouped int8 convs of enough rows run their register tile on AMX in
 place of vpdpbusd. One ``tdpbusd`` multiplies a tile of ``rows`` x 64 uint8 by 64 x 16
 int8 (the weights in vpdpbusd's layout: 16 rows of 16 columns x 4) and adds into
@@ -19,8 +19,8 @@ the step after WriteInPlace may have lowered every match buffer, are addressed b
 
 Linux lends a process the AMX registers only once it asks (``arch_prctl``
 ``ARCH_REQ_XCOMP_PERM``), or the first tile instruction faults. `request_permission` asks
-from Python, and every AMX kernel asks again on entry (`permission_call`, a syscall of
-well under a microsecond), so a library loaded by TVM's runtime alone also runs.
+from Python, and every AMX kernel asks again on entry (`permission_call`, one cheap
+syscall), so a library loaded by TVM's runtime alone also runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import codegen
 
-from .blocks import root_replaced
+from .tir_passes.blocks import root_replaced
 
 FEATURES = ("amx-tile", "amx-int8")
 MAX_ROWS = 16  # rows of a tile register
@@ -146,6 +146,51 @@ def _config(rows: int, cfg: tirx.Buffer) -> list:
     return [tirx.BufferStore(cfg, tirx.const(v, "uint8"), [tirx.const(i, "int32")]) for i, v in enumerate(config)]
 
 
+def _products(a: tirx.Buffer, b: tirx.Buffer, a_rows, a_off, b_off, second) -> list:
+    """One chunk of a step: the two data tiles (4, 5; the second `second` elements after the
+    first) and the two weight tiles (6, 7) loaded, and the four tdpbusd into tiles 0-3."""
+    return [
+        _call("llvm.x86.tileloadd64", _tile(4), a.access_ptr("r", offset=a_off), a_rows),
+        _call("llvm.x86.tileloadd64", _tile(5), a.access_ptr("r", offset=a_off + second), a_rows),
+        _call("llvm.x86.tileloadd64", _tile(6), b.access_ptr("r", offset=b_off), tirx.const(N_BLOCK * GROUP, "int64")),
+        _call(
+            "llvm.x86.tileloadd64",
+            _tile(7),
+            b.access_ptr("r", offset=b_off + COLUMNS * GROUP),
+            tirx.const(N_BLOCK * GROUP, "int64"),
+        ),
+        *(_call("llvm.x86.tdpbusd", _tile(acc), _tile(4 + acc // 2), _tile(6 + acc % 2)) for acc in range(4)),
+    ]
+
+
+def _reduction_nest(a: tirx.Buffer, b: tirx.Buffer, a_rows, second, reductions: list[Reduction]) -> tirx.Stmt:
+    """The loops of a step's reduction around `_products`, each moving the data and the weight
+    pointers by its `Reduction` steps."""
+    loop_vars = [tirx.Var(f"amx_r{i}", "int64") for i in range(len(reductions))]
+    a_off = sum((v * r.data_step(a.strides) for v, r in zip(loop_vars, reductions)), tirx.const(0, "int64"))
+    b_off = sum((v * r.weight_step for v, r in zip(loop_vars, reductions)), tirx.const(0, "int64"))
+    nest = tirx.SeqStmt(_products(a, b, a_rows, a_off, b_off, second))
+    for var, red in reversed(list(zip(loop_vars, reductions))):
+        nest = tirx.For(var, tirx.const(0, "int64"), tirx.const(red.extent, "int64"), tirx.ForKind.SERIAL, nest)
+    return nest
+
+
+def _stores(acc_region: tirx.BufferRegion, rows: int) -> list:
+    """The four accumulator tiles stored to `acc_region`, by element address, not a match
+    buffer: they are compacted to the step after scheduling (WriteInPlace lowers match buffers
+    before that), and their rows stay whole, so a row is the buffer's last axis."""
+    acc, starts = acc_region.source, [r.min for r in acc_region.region]
+    return [
+        _call(
+            "llvm.x86.tilestored64",
+            _tile(t),
+            tirx.address_of(tirx.BufferLoad(acc, [*starts[:-3], *_row(acc, starts, (t // 2) * rows, t % 2)])),
+            tirx.const(int(acc.shape[-1]) * 4, "int64"),
+        )
+        for t in range(4)
+    ]
+
+
 def emit_step(
     sch: s_tir.Schedule,
     loop,
@@ -172,45 +217,14 @@ def emit_step(
     b = _matched("amx_weight", weight_region, "int8")
     cfg = tirx.decl_buffer((64,), "uint8", "amx_config", scope="local")
     a_rows = tirx.Cast("int64", data_row_stride(a.strides))
-    acc, starts = acc_region.source, [r.min for r in acc_region.region]
-    loop_vars = [tirx.Var(f"amx_r{i}", "int64") for i in range(len(reductions))]
-    a_off = sum((v * r.data_step(a.strides) for v, r in zip(loop_vars, reductions)), tirx.const(0, "int64"))
-    b_off = sum((v * r.weight_step for v, r in zip(loop_vars, reductions)), tirx.const(0, "int64"))
-    second = data_second_tile(a.strides)
-    inner = [
-        _call("llvm.x86.tileloadd64", _tile(4), a.access_ptr("r", offset=a_off), a_rows),
-        _call("llvm.x86.tileloadd64", _tile(5), a.access_ptr("r", offset=a_off + second), a_rows),
-        _call("llvm.x86.tileloadd64", _tile(6), b.access_ptr("r", offset=b_off), tirx.const(N_BLOCK * GROUP, "int64")),
-        _call(
-            "llvm.x86.tileloadd64",
-            _tile(7),
-            b.access_ptr("r", offset=b_off + COLUMNS * GROUP),
-            tirx.const(N_BLOCK * GROUP, "int64"),
-        ),
-        *(_call("llvm.x86.tdpbusd", _tile(acc), _tile(4 + acc // 2), _tile(6 + acc % 2)) for acc in range(4)),
-    ]
-    nest = tirx.SeqStmt(inner)
-    for var, red in reversed(list(zip(loop_vars, reductions))):
-        nest = tirx.For(var, tirx.const(0, "int64"), tirx.const(red.extent, "int64"), tirx.ForKind.SERIAL, nest)
-    # the accumulators by element address, not a match buffer: they are compacted to the
-    # step after scheduling (WriteInPlace lowers match buffers before that), and their rows
-    # stay whole, so a row is `acc`'s last axis
-    stores = [
-        _call(
-            "llvm.x86.tilestored64",
-            _tile(t),
-            tirx.address_of(tirx.BufferLoad(acc, [*starts[:-3], *_row(acc, starts, (t // 2) * rows, t % 2)])),
-            tirx.const(int(acc.shape[-1]) * 4, "int64"),
-        )
-        for t in range(4)
-    ]
+    nest = _reduction_nest(a, b, a_rows, data_second_tile(a.strides), reductions)
     body = tirx.SeqStmt(
         [
             *_config(rows, cfg),
             _call("llvm.x86.ldtilecfg", cfg.access_ptr("r")),
             *(_call("llvm.x86.tilezero", _tile(acc)) for acc in range(4)),
             nest,
-            *stores,
+            *_stores(acc_region, rows),
             _call("llvm.x86.tilerelease"),
         ]
     )

@@ -31,12 +31,12 @@ from .conv2d import (
     SUPPORTED_DTYPES,
     Conv2DConfig,
     Conv2DGeometry,
-    conv2d_config,
     conv2d_geometry,
     conv2d_nhwc_ohwi,
     packed_out_channels,
     schedule_conv2d_nhwc_ohwi,
 )
+from .conv2d_configs import conv2d_config
 from .symbolic import extent, prim_func
 
 OP = "conv1d_nwc_owi"

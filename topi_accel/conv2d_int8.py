@@ -36,16 +36,8 @@ from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 
 from . import amx
-from .conv2d import (
-    Conv2DGeometry,
-    _channels_outer,
-    _grid_extent,
-    _input_extent,
-    _row_chunks,
-    channels_outer_loop,
-    conv2d_geometry,
-    kernel_pack_map,
-)
+from .conv2d import Conv2DGeometry, channels_outer_loop, conv2d_geometry, grid_extent, input_extent, kernel_pack_map
+from .conv2d_configs import channels_outer, row_chunks
 from .dense_int8 import DATA_DTYPES, Int8Dot, dot_tile, int8_dot, needs_compensation, schedule_copy
 from .dense_int8 import compensation as dense_compensation
 from .knobs import cpu_knobs, largest_divisor, pick_block, round_up
@@ -61,7 +53,7 @@ class Conv2DInt8Config:
     """Schedule knobs: output channels per register tile (whole vectors of int32), output
     columns per register tile, the instruction (unused by depthwise convs: `lanes` is its
     vector), whether to use threads, whether the channel-block loop is outermost, and in how
-    many chunks of rows it runs (`conv2d.Conv2DConfig.row_chunks`)."""
+    many chunks of rows it runs (as `conv2d.Conv2DConfig`'s, from `conv2d_configs`)."""
 
     oc_block: int
     ow_block: int
@@ -118,8 +110,8 @@ def conv2d_int8_config(
     `dense_int8.narrow_weights` or not) and register budget."""
     knobs, dot = cpu_knobs(target), int8_dot(target, narrow and not is_depthwise(geo))
     lanes, two = dot.lanes, 2 * dot.lanes
-    outer = _channels_outer(geo, "int8")
-    chunks = _row_chunks(geo, "int8", outer, knobs)
+    outer = channels_outer(geo, "int8")
+    chunks = row_chunks(geo, "int8", outer, knobs)
     if _takes_amx(geo, target):
         rows, oh_block = _amx_tile(geo)
         ow_block = rows * (3 - oh_block)  # a step: two tiles along the row, or one in each of two rows
@@ -135,12 +127,9 @@ def conv2d_int8_config(
 
 def _takes_amx(geo: Conv2DGeometry, target) -> bool:
     """Whether an ungrouped conv runs on AMX tiles: the target has them, the input channels
-    fill whole 64-byte tile rows, the reduction is two tile rows or more and, for a 1x1
-    kernel, a tile has 7 rows or more. Measured on a 2-core Sapphire Rapids-class host
-    against vpdpbusd (kernels alone): ResNet-50's 3x3 convs 1.6-2.6x faster, its 1x1 convs
-    1.3-2.5x; slower were a 1x1 of 64 channels (one tile row: 0.14 vs 0.12 ms), 96
-    channels padded to 128 (0.074 vs 0.041) and a 1x1 at 7x7 on 4-column tiles (two per row:
-    0.122 vs 0.107; on tiles of a whole row, two rows per step, `_amx_tile`: 0.098)."""
+    fill whole 64-byte tile rows (96 channels padded to 128 would waste a quarter of them),
+    the reduction is two tile rows or more (a 1x1 of 64 channels, one tile row, keeps
+    vpdpbusd) and, for a 1x1 kernel, a tile has AMX_MIN_ROWS_1X1 rows or more."""
     if is_depthwise(geo) or geo.in_c % amx.CHUNK or geo.kh * geo.kw * geo.in_c < 2 * amx.CHUNK:
         return False
     if geo.kh * geo.kw == 1 and _amx_tile(geo)[0] < AMX_MIN_ROWS_1X1:
@@ -160,10 +149,9 @@ def _amx_tile(geo: Conv2DGeometry) -> tuple[int, int]:
 def _tile_rows(knobs, oc_block: int, dot: Int8Dot) -> int:
     """Output columns per register tile of `oc_block` channels. vpdpbusd keeps nothing but
     its accumulators, the broadcast data group and one row of weight vectors live, so with
-    AVX-512's 32 registers it takes 28 accumulators (14 columns of 32 channels) where the
-    float budget keeps 24; a ResNet-50 int8 3x3 conv at 14x14x256 runs 6-13% faster with 14
-    columns than with 7. Otherwise (vpmaddwd also needs its products in registers, and
-    AVX2 has 16), the float budget."""
+    AVX-512's 32 registers it takes 28 accumulators (14 columns of 32 channels: a 14-wide row
+    in one tile) where the float budget keeps 24. Otherwise (vpmaddwd also needs its products
+    in registers, and AVX2 has 16), the float budget."""
     vectors = max(oc_block // dot.lanes, 1)
     if dot.scheme == "vnni" and knobs.registers == 32:
         return (knobs.registers - 1 - vectors - 1) // vectors
@@ -202,9 +190,9 @@ def _padded_input(data: te.Tensor, geo: Conv2DGeometry, cfg: Conv2DInt8Config, d
     conversion), channels zero-padded to the group ("conv2d_nhwc_ohwi_int8_pad"); `data`
     itself when none of that is needed."""
     g = 1 if is_depthwise(geo) else amx.CHUNK if cfg.amx_rows else cfg.dot.group
-    need_h, need_w = _grid_extent(geo, cfg.ow_block)
+    need_h, need_w = grid_extent(geo, cfg.ow_block)
     need_h += (round_up(geo.out_h, cfg.oh_block) - geo.out_h) * geo.stride[0]  # the rows of a step's grid
-    inside = need_h <= geo.in_h and _input_extent(geo, cfg) is None
+    inside = need_h <= geo.in_h and input_extent(geo, cfg) is None
     if inside and str(data.dtype) == dtype and geo.in_c % g == 0:
         return data
     pt, pl = geo.pad[0], geo.pad[1]
@@ -411,7 +399,7 @@ def schedule_conv2d_nhwc_ohwi_int8(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg
         sch.reverse_compute_at(out, tile)
         sch.set_scope(acc, 0, "local")
         sch.decompose_reduction(acc, loops[4])  # rkh
-        if _input_extent(geo, cfg) is not None:  # the border tested in the tile loop, one select per vector
+        if input_extent(geo, cfg) is not None:  # the border tested in the tile loop, one select per vector
             sch.compute_inline(sch.get_sblock(f"{NAME}_pad"))
     else:
         rco, rci = loops[-2:]

@@ -9,7 +9,7 @@ as an IndexMap, applied at compile time to constant weights.
 Schedule: parallel over (column block, row block) with the column block
 outermost, so a weight panel stays in cache while all rows stream past it; a
 register tile of ``m_block`` rows x ``n_block`` columns accumulates over K; each
-row block prefetches its share of the next panel (`topi_accel.prefetch`).
+row block prefetches its share of the next panel (`topi_accel.tir_passes.prefetch`).
 `batch_dense_kn` is B such products, each with its own weight, in one kernel: the
 weights packed ``[B, N/nb, K, nb]``, the matrix outermost in the parallel loop.
 """
@@ -26,9 +26,9 @@ from tvm.tirx import IndexMap
 from tvm.topi.utils import ravel_index, unravel_index
 
 from .knobs import ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block, round_up
-from .prefetch import prefetch_next_panel
 from .symbolic import REPRESENTATIVE_ROWS, SYMBOLIC, ceil_to, extent, is_static, prim_func, static_or
 from .tiles import register_tile, vectorize_inner
+from .tir_passes.prefetch import prefetch_next_panel
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -66,9 +66,7 @@ def check_dense(data_shape, weight_shape, dtype: str = "float32") -> tuple[int, 
 
 
 # Vectors of columns of a one-row register tile (GEMV), most and least: its accumulators are its
-# only chains of FMAs, and two or three leave the FMA latency uncovered. AVX2 code, 2 threads,
-# one Zen 4: 1x2048x1000 76 -> 55 us (2 vectors -> 5), 1x768x3072 64 -> 55 us (3 -> 8);
-# AVX-512 within noise (53-59 us).
+# only chains of FMAs, and two or three leave the FMA latency uncovered.
 ROW_VECTORS = (8, 4)
 
 
@@ -90,10 +88,8 @@ def dense_config(
     flattens them where not).
 
     The rows of a tile: `pick_block`'s divisor of m, or the full tile where that pads at most
-    `knobs.MAX_PADDED_FRACTION` of the rows and does not lose row axes that the divisor keeps.
-    Measured, AVX2 code, 2 threads, Zen 5, alone: 256x1024x1000 in 4 rows of two vectors 2390
-    us, in 6 (258 rows) 2180; 128x768x1000 880 -> 830, 64x512x520 167 -> 155; AVX-512
-    100x1024x1000, 5 rows -> 8, 477 -> 465."""
+    `knobs.MAX_PADDED_FRACTION` of the rows and does not lose row axes that the divisor keeps
+    (256 rows in tiles of 6 rows of two vectors, 258 computed, rather than 4)."""
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = _row_columns(n, knobs) if m == 1 else knobs.column_block(n)
@@ -193,7 +189,7 @@ def schedule_matmul(
 
     prefetch_weights: the second operand is packed ([batch,] N/nb, K, nb), so its column
     blocks' panels follow each other in the order the outer loop visits them: the tiles of
-    one prefetch the next (topi_accel.prefetch). The row extent may be symbolic.
+    one prefetch the next (topi_accel.tir_passes.prefetch). The row extent may be symbolic.
     """
     sch = s_tir.Schedule(func)
     acc = sch.get_sblock(f"{name}_acc")
@@ -256,9 +252,7 @@ def batch_matmul_config(
     unpacked); a symbolic n (None or an expression) gets dense_kn's two vectors, the operand
     packed in the kernel. A symbolic m gets the tiles of REPRESENTATIVE_ROWS rows. The rows of
     a tile: as `dense_config`'s (there are no row axes to keep), or with `pad_rows` False
-    `pick_block`'s divisor. Measured, AVX2 code, 2 threads, Zen 5, alone, 4 rows (the divisor)
-    against 6: attention's 12x128x64 @ 12x64x128 123-131 -> 113-120 us, 12x128x128 @
-    12x128x64 126-127 -> 110-116; BERT-2L 0.996 in bench_ab."""
+    `pick_block`'s divisor."""
     knobs = cpu_knobs(target)
     m = static_or(m, REPRESENTATIVE_ROWS)
     if not is_static(n):
@@ -275,7 +269,7 @@ def _packed_columns(b: te.Tensor, nb: int) -> te.Tensor:
     """b [B, K, N] with a symbolic N as [B, ceil(N / nb), K, nb], zero past N
     ("batch_matmul_kn_pack"): the product's vector loads stay whole. A whole column block is
     a plain copy (LLVM vectorizes it), only the last one is read column by column under its
-    bounds (element by element, it took 100 us of a dynamic BERT's 310-us Q @ K^T; 22 after)."""
+    bounds (not every element under a condition)."""
     bs, k, n = b.shape
     return te.compute(
         (bs, tirx.ceildiv(n, nb), k, nb),

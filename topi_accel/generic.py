@@ -5,23 +5,21 @@ softmax, norms, transposes): they arrive as plain serial loop nests.
 thread pool, leaving vectorization of the inner loop to LLVM. A pad feeding
 another block is inlined into it, and a reduction over a small window
 (pooling) runs the window outside its innermost spatial loop, so that loop
-(the channels, in NHWC) is the vectorized one: 3x on ResNet-50's max pool; each
-chunk of channels that the accumulator registers hold is reduced there and stored
-once (2.3x more with AVX-512 code, 10x with AVX2, whose masked stores are slow).
+(the channels, in NHWC) is the vectorized one; each chunk of channels that the
+accumulator registers hold is reduced there and stored once (not a masked store
+of the output per tap).
 A chain of elementwise blocks (a quantize: divide, round, add, clip, cast, then the
 transpose to NHWC) is one block: each one read by a single consumer over no more elements
 than it has is inlined into it, where FuseTIR left every step a loop nest and a buffer of
-its own (MobileNetV2 int8's input quantize and transpose: 8 parallel loops, 0.25 ms, before).
+its own.
 A function of several blocks over the same rows (softmax, norms) is computed
 row by row under one parallel loop, each row's intermediates in cache, its
-long reductions as vectorizable partial results: 5.6x on BERT's softmax.
+long reductions as vectorizable partial results.
 Symbolic outer loops (a dynamic BERT's [batch, 12, seq, seq]) are fused into the parallel
 loop as static ones are: with the outer ones serial around a parallel one, the thread pool
-was woken 12 x batch times per softmax (2 threads: 365 us, 76 fused; static 63). Work is
-estimated at the representative size of each shape variable. (Unscheduled, a dynamic
-BERT's layer norm took 4x the static one's time, and its head transposes ran on one
-thread.) A reduction over a symbolic innermost extent is vectorized last, with a runtime
-tail (topi_accel.reductions).
+would be woken 12 x batch times per softmax. Work is estimated at the representative size
+of each shape variable. A reduction over a symbolic innermost extent is vectorized last,
+with a runtime tail (topi_accel.tir_passes.reductions).
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ from tvm.s_tir.schedule.schedule import ScheduleError
 from tvm.target import Target
 
 from .knobs import cpu_knobs, largest_divisor
-from .reductions import vector_lanes
 from .symbolic import REPRESENTATIVE_ROWS
+from .tir_passes.reductions import vector_lanes
 
 # below this many iterations of work a parallel region costs more than it saves
 MIN_PARALLEL_WORK = 4096
@@ -42,7 +40,7 @@ MIN_PARALLEL_WORK = 4096
 VECTOR_RUN = 16
 # an innermost loop this short under a serial run is unrolled: the run's loop then stores
 # each of its (3) elements in a statement of its own, which LLVM vectorizes as one
-# interleaved group (an image's NCHW -> NHWC with its quantize and pad: 0.096 -> 0.040 ms)
+# interleaved group (an image's NCHW -> NHWC with its quantize and pad)
 MAX_UNROLLED = 4
 # a reduction over at most this many elements per output is a window (pooling)
 MAX_WINDOW = 64
@@ -139,11 +137,8 @@ def _window_in_registers(sch: s_tir.Schedule, block, taps: int) -> None:
     channels) into a local row of channels, which its one consumer (an average pool's
     division) or else a write-back then reads once, vectorized; the init split from the update
     and vectorized (the update's innermost loop is left to LLVM: a reduction block cannot be
-    vectorized in TIR). Reduced in the output itself, each tap of a max pool was a load, a
-    compare and a masked store of the output, which AVX-512 does with mask registers and AVX2
-    with vmaskmovps, whose stores are slow: ResNet-50's max pool (112x112x64, 3x3/2) took
-    0.45-0.7 ms built for AVX2, 0.13-0.16 for AVX-512; 0.06-0.08 now with either, and its
-    average pool 0.08-0.10 (2 threads, Zen 4)."""
+    vectorized in TIR). Reduced in the output itself, each tap of a max pool would be a load,
+    a compare and a masked store of the output (AVX2's vmaskmovps stores slowly)."""
     at = sch.get_loops(block)[-taps - 2]
     consumers = sch.get_consumers(block)
     try:
@@ -232,11 +227,8 @@ def _tiled_transpose(sch: s_tir.Schedule, block) -> bool:
     """Copy a transpose that moves the innermost axis (`_transposed_axes`) in tiles of the two
     innermost axes, the input's and the output's (divisors of each, up to TRANSPOSE_TILE), the
     loops over the tiles parallel and, within a tile, the input's innermost axis innermost:
-    each tile reads and writes a few whole cache lines, where a row of the output read a cache
-    line of the input per element. Whether it did. 56x56x256, 2 threads, Emerald Rapids VM, in
-    a model (`profile_model.kernel_times`): NHWC -> NCHW 2.1-2.5 ms -> 0.28-0.30, NCHW -> NHWC
-    0.71-0.88 -> 0.30-0.35 (the output's innermost axis innermost in the tile: 0.71-0.77 and
-    1.15-1.33)."""
+    each tile reads and writes a few whole cache lines, where a row of the output would read a
+    cache line of the input per element. Whether it did."""
     found = _transposed_axes(sch, block)
     if found is None:
         return False
@@ -280,7 +272,8 @@ def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if not isinstance(extent, tirx.IntImm) or int(extent) < 4 * VECTOR_RUN or int(extent) % VECTOR_RUN:
             continue
         try:
-            # 16 lanes over 768 (layer norm) is 1.2x faster than 8; 8 over 128 (softmax) 1.6x faster than 16
+            # a partial result per VECTOR_RUN elements, at most VECTOR_RUN of them: 16 over 768
+            # (a layer norm), 8 over 128 (a softmax)
             _, lanes = sch.split(loops[-1], [None, min(VECTOR_RUN, int(extent) // VECTOR_RUN)])
             sch.rfactor(lanes, len(spatial))  # the lanes last in the partial buffer: one vector per row
         except ScheduleError:
@@ -291,8 +284,7 @@ def _vector_partial_sums(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def _lanes_innermost(sch: s_tir.Schedule, block, depth: int) -> None:
     """Run a partial-result block's reduction outside its lane loop and vectorize the lanes
     (compute_at makes the loops under the `depth` row loops in block-variable order: the
-    lanes first): several times faster on BERT's layer norm (128 rows of 768), a little on
-    its softmax."""
+    lanes first), so that each step of the reduction is one vector operation."""
     lane, *reduction = sch.get_loops(block)[depth:]
     sch.reorder(*reduction, lane)
     sch.vectorize(lane)
@@ -348,7 +340,7 @@ def _fuse_symbolic_rows(func: tirx.PrimFunc, depth: int) -> tirx.PrimFunc:
 def parallelize(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """`func`, one of TVM's own kernels, with the outer spatial loops of its top-level blocks
     parallel, and its reductions over a symbolic innermost extent in vector partial results
-    (topi_accel.reductions); None if unchanged."""
+    (topi_accel.tir_passes.reductions); None if unchanged."""
     scheduled = _parallel_loops(func)
     vectorized = vector_lanes(scheduled or func, _symbolic_lanes)
     return vectorized or scheduled

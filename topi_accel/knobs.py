@@ -29,11 +29,9 @@ class CPUKnobs:
 
     def column_block(self, n: int) -> int:
         """Columns of a register tile over `n` output columns: three vectors where they
-        divide `n` (fewer operand loads per FMA: 8 x 48 on AVX-512 loads 0.46 per FMA where
-        8 x 32 loads 0.63; 4 x 24 on AVX2), else two, one for `n` of a vector or less.
-        Measured on one AVX-512 host, 2 threads, AVX-512 / AVX2 code: dense 128x768x3072
-        2.28 -> 2.11 / 3.53 -> 3.15 ms, 128x768x768 0.52 -> 0.48 / 0.79 -> 0.70; MobileNetV2's
-        1x1 convs 1.03-1.11x / 1.06-1.46x faster (7x7x160->960 76 -> 70 / 127 -> 87 us)."""
+        divide `n`, else two, one for `n` of a vector or less. A wider tile loads fewer
+        operands per FMA: 8 rows x 48 columns on AVX-512 load 0.46 vectors per FMA where
+        8 x 32 load 0.63 (4 x 24 on AVX2)."""
         if n % (3 * self.lanes) == 0:
             return 3 * self.lanes
         return 2 * self.lanes if n > self.lanes else self.lanes

@@ -1,4 +1,4 @@
-"""The two kernels of sums around Strassen's seven products (accel_target.strassen).
+"""The two kernels of sums around Strassen's seven products (strategy.strassen).
 
 strassen_lefts: for x [2h, 2k] split into the blocks A11, A12, A21, A22 of [h, k], the seven
 left operands stacked, [7, h, k]:
@@ -7,7 +7,7 @@ left operands stacked, [7, h, k]:
 
 in one pass over x, parallel over the blocks' rows (LLVM vectorizes the inner loop).
 Serial for a target of one core; and like every accel kernel, one of little work may run
-without threads (the build's SerialSmallKernels).
+without threads (topi_accel.tir_passes.serial).
 
 strassen_combine: from the seven products [7, h, n/2], the result [*rows, n] (rows' product
 2h) of the four blocks C11 = P1 + P4 - P5 + P7, C12 = P3 + P5, C21 = P2 + P4, C22 = P1 - P2 +
@@ -15,12 +15,8 @@ P3 + P6, one element per store, so that an epilogue inlines into it as into acce
 kernels; parallel over the blocks' rows, the quadrant loops unrolled so that their selections
 fold away.
 
-In BERT-2L with AVX2 code, 2 threads, Zen 5 (`benchmarks/profile_model.py bert_base_2layers
---mcpu haswell`, two runs), strassen_lefts takes 12-15 us for 128x768 and 30-37 us for
-128x3072; the same sums as TVM's fused kernel of slices, adds and a concat took 46-48 us for
-128x768 alone (each step a loop nest of its own, most through a buffer of their own). The
-combines with their epilogues: 14-21 us for 768 outputs and a residual add, 41 us for 2304
-and a bias, 166 us for 3072, a bias and GELU.
+TVM's own kernel of the same slices, adds and concat runs each step as a loop nest of its own,
+most through a buffer of their own; here x is read once and each left operand written once.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from .symbolic import prim_func
 def strassen_lefts_func(h: int, k: int, dtype: str = "float32", parallel: bool = True) -> tirx.PrimFunc:
     """The PrimFunc (x [2h, 2k]) -> lefts [7, h, k], its rows parallel if `parallel`."""
 
-    h, k = T.int64(h), T.int64(k)  # the index type of the kernels TE makes (shared launches compare shapes)
+    h, k = T.int64(h), T.int64(k)  # the index type of the kernels TE makes
 
     @T.prim_func(s_tir=True)
     def strassen_lefts(x: T.Buffer((2 * h, 2 * k), dtype), lefts: T.Buffer((T.int64(7), h, k), dtype)):

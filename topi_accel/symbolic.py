@@ -15,7 +15,7 @@ at write-back, as a static tail is.
 TVM's simplifier knows that a buffer dimension that is one variable is not negative, not
 the factors of a product (``b * s``): without that, ``floormod(i, ceildiv(b * s, 8))`` has
 no known sign, the register tile's compacted indices keep their offsets and the tile stays
-in memory (BERT's dynamic matmuls ran 2.3x slower than static ones).
+in memory instead of registers.
 `sizes_non_negative` makes those shape parameters non-negative on their face.
 """
 

@@ -1,11 +1,10 @@
 """Schedule choices as data: a JSON database of the best config per kernel shape.
 
-The configs come from heuristics on the target's vector width and register
-budget (`conv2d_config`); `accel_target.tune` times the candidates of a model's convs in
-the model (`tune_conv2d` times one shape's alone), and a `TuningDB` keeps the winners in a
-JSON file. While a database is
-in use (``with using(db):``), `conv2d_config` returns its entry for a shape it
-holds.
+The configs come from rules on the target's vector width and register budget
+(`topi_accel.conv2d_configs`); `accel_target.tune` times the candidates of a model's convs
+in the model (`tune_conv2d` times one shape's alone), and a `TuningDB` keeps the winners in
+a JSON file. While a database is in use (``with using(db):``), `conv2d_config` returns its
+entry for a shape it holds.
 
 `lowered_kernel_steps` is the one list of what the build does to every kernel after
 TVM's lowering; the build's pipeline runs it (accel_target.pipeline.lowering_passes),
@@ -24,9 +23,10 @@ from dataclasses import asdict
 import tvm
 from tvm import tirx
 
-from . import prefetch, symbolic, wholetiles, workshare
+from . import symbolic
 from .epilogue import accel_impl
 from .knobs import cpu_knobs
+from .tir_passes import prefetch, round_even, serial, wholetiles
 
 # a kernel rewrite: the new function, or None where it changes nothing
 KernelRewrite = Callable[[tirx.PrimFunc], "tirx.PrimFunc | None"]
@@ -78,8 +78,9 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
 
 
 # Iterations of its innermost statements below which a kernel runs on the calling thread
-# alone: an accel kernel's are vector FMAs (per lane of the target's vectors; 1M on AVX-512,
-# 0.5M on AVX2: ~30 us of work), TVM's own kernels' mostly scalar loads and stores.
+# alone (a thread pool's launch costs more than a second thread saves): an accel kernel's are
+# vector FMAs (per lane of the target's vectors: 1M on AVX-512, 0.5M on AVX2), TVM's own
+# kernels' mostly scalar loads and stores.
 MIN_PARALLEL_WORK_PER_LANE = 1 << 16
 MIN_PARALLEL_WORK_SCALAR = 1 << 15
 
@@ -92,23 +93,25 @@ def min_parallel_work(func: tirx.PrimFunc, knobs) -> int:
 
 
 def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
-    """(name, rewrite) of each step the build applies to every kernel after TVM's lowering, in
-    order: shape parameters known non-negative (topi_accel.symbolic), whole tiles written back
-    without their tail conditions (topi_accel.wholetiles), the prefetches the
-    schedules asked for (topi_accel.prefetch), then, on a target with several cores, small
-    kernels made serial and the parallel loops of the others claimed by the threads
-    (topi_accel.workshare)."""
+    """(name, rewrite) of each step the build applies to every kernel after its schedule, in
+    order: on a target with several cores, small kernels made serial
+    (topi_accel.tir_passes.serial); round half to even as a vector instruction
+    (topi_accel.tir_passes.round_even); shape parameters known non-negative
+    (topi_accel.symbolic); whole tiles written back without their tail conditions
+    (topi_accel.tir_passes.wholetiles); the prefetches the schedules asked for
+    (topi_accel.tir_passes.prefetch)."""
     knobs = cpu_knobs(target)
-    steps: list[tuple[str, KernelRewrite]] = [
+    steps: list[tuple[str, KernelRewrite]] = []
+    if knobs.parallel:
+        steps.append(
+            ("SerialSmallKernels", lambda func: serial.serial_when_small(func, min_parallel_work(func, knobs)))
+        )
+    steps += [
+        ("RoundEven", lambda func: round_even.round_even(func)),
         ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),
         ("WholeTiles", lambda func: wholetiles.whole_tiles(func)),
         ("InsertPrefetches", lambda func: prefetch.insert_prefetches(func)),
     ]
-    if knobs.parallel:
-        steps.append(
-            ("SerialSmallKernels", lambda func: workshare.serial_when_small(func, min_parallel_work(func, knobs)))
-        )
-        steps.append(("ClaimIterations", lambda func: workshare.claim_iterations(func, knobs.cores)))
     return steps
 
 

@@ -18,13 +18,7 @@ are inlined into it like into every accel kernel's write-back).
 Each transform runs as two passes over a tile's vector of channels, the first kept in a
 local tile ("conv2d_winograd_data_rows": B^T d; "conv2d_winograd_columns": M A). F(4x4)'s
 B^T has 26 non-zeros: 2 x 6 x 26 multiply-adds per tile and channel instead of 26^2 for
-B^T d B at once; its A^T has 18: 6 x 18 + 4 x 18 instead of 18^2. Measured alone, 2 threads,
-Zen 4, both kernels taking turns in one process (two runs): 56x56x64 0.72x and 0.84x the time
-with AVX2 code, 0.88x with AVX-512; 28x28x128 0.85x and 0.89x, 0.96x and 1.00x; 8x7x7x512 0.97x
-with both; F(2x2)'s transforms, as sparse either way, 1.00x. ResNet-50's F(4x4) convs take
-about 11% of its time with AVX2 code (VM profile); `bench_ab.py --base e4fa55b --models
-resnet50 [--mcpu haswell] --rounds 20` (A: the code before) gave B / A 0.979 with AVX2 code,
-1.006 with AVX-512.
+B^T d B at once; its A^T has 18: 6 x 18 + 4 x 18 instead of 18^2.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import s_tir, te, tirx, topi
-from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
 from .conv2d import Conv2DGeometry
 from .dense import batch_matmul_config, schedule_matmul
@@ -64,18 +58,10 @@ class WinogradConfig:
         return self.tile + KERNEL_SIZE - 1
 
 
-# Output tile by the pixels of the whole output (batch x height x width): the transformed
-# weights ((m + 2)^2 / 9 times the direct kernel's, 17-37 MB for a 512-channel 3x3) are read
-# once per call, so the tiles they serve decide. Measured on 3x3 convs of C -> C channels
-# against conv2d_nhwc_ohwi, 2 threads, after evicting the caches as a model's layers meet
-# their weights (ms, direct / F(2x2) / F(4x4)), AVX-512 and the same convs built for AVX2:
-#   1x7x7x512     0.93 / 1.28 / 1.93    1.45 / 1.53 / 2.25   (49 px: direct)
-#   2x7x7x512     1.65 / 1.20 / 2.36    2.73 / 1.56 / 2.63   (98: F(2x2))
-#   1x14x14x256   0.84 / 0.51 / 0.79    1.43 / 0.72 / 0.99
-#   4x7x7x512     3.07 / 1.94 / 2.92    5.39 / 2.95 / 3.38
-#   2x14x14x256   1.59 / 0.88 / 0.85    2.85 / 1.26 / 1.12   (392: F(4x4))
-#   8x7x7x512     6.07 / 3.72 / 3.14   10.46 / 5.54 / 3.58
-#   1x28x28x128   0.85 / 0.57 / 0.43    1.38 / 0.78 / 0.58
+# Output tile by the pixels of the whole output (batch x height x width), largest first: the
+# transformed weights ((m + 2)^2 / 9 times the direct kernel's, 17-37 MB for a 512-channel 3x3)
+# are read once per call, so the tiles they serve decide. 392 pixels or more (2x14x14) take
+# F(4x4), 98 or more (2x7x7) F(2x2); fewer (one 7x7 image) the direct kernel.
 TILE_BY_OUTPUT_PIXELS = ((2 * 14 * 14, 4), (2 * 7 * 7, 2))
 
 
@@ -113,10 +99,15 @@ def winograd_condition(geo: Conv2DGeometry, target: tvm.target.Target | None = N
 
 @functools.cache
 def winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A [alpha, m], B [alpha, alpha], G [alpha, 3]) of F(m x m, 3 x 3), float64."""
+    """(A [alpha, m], B [alpha, alpha], G [alpha, 3]) of F(m x m, 3 x 3), float64: TVM's
+    Cook-Toom matrices (TOPI gives them as constant tensors, evaluated here once)."""
     if tile not in SUPPORTED_TILES:
         raise ValueError(f"conv2d_winograd: tile {tile} is not supported; supported: {SUPPORTED_TILES}")
-    return _cook_toom_convolution(_interpolation_points(tile + KERNEL_SIZE - 2), tile, KERNEL_SIZE)
+    tensors = winograd_transform_matrices(tile, KERNEL_SIZE, "float64")
+    func = te.create_prim_func(list(tensors))
+    outputs = [tvm.runtime.tensor(np.zeros([int(d) for d in t.shape], "float64")) for t in tensors]
+    tvm.compile(tvm.IRModule({"main": func}), target="llvm")["main"](*outputs)
+    return tuple(o.numpy() for o in outputs)
 
 
 def winograd_config(
@@ -126,10 +117,7 @@ def winograd_config(
     [tiles, C] x [C, O], its rows a divisor of the tiles where one is good (`pick_block`), not
     the full tile that pads a few. With a symbolic batch (`symbolic_batch`: `geo.batch` is the
     representative batch), the rows are as many as `_symbolic_rows` allows: the transforms of
-    some grids cannot be scheduled beside other row tiles. The full tile takes Winograd's
-    36x196x64 @ 36x64x64 from 276-279 us to 247-252 (AVX2 code, Zen 5, alone), but ResNet-50
-    ran 0.998 (AVX2) and 1.000 (AVX-512) of the time with it (`bench_ab.py --base`, 16 rounds):
-    not worth the padded rows."""
+    some grids cannot be scheduled beside other row tiles."""
     tile = winograd_tile(geo) or SUPPORTED_TILES[0]
     n_h, n_w = _grid(geo, tile)
     gemm = batch_matmul_config(geo.batch * n_h * n_w, geo.out_c, target, pad_rows=False)

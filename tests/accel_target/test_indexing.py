@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 import accel_target
-from accel_target.indexing import checked_indexing
+from accel_target.passes.indexing import checked_indexing
 from tests.helpers import run_executable, single_op_module
 
 
@@ -293,7 +293,7 @@ def test_the_build_checks_a_module_from_tvms_own_importer_once():
 
 
 class Zipped(torch.nn.Module):
-    """Several index tensors pick elements jointly (accel_target.torch_ops.index_tensor)."""
+    """Several index tensors pick elements jointly (accel_target.frontends.torch_ops.index_tensor)."""
 
     def __init__(self, where: str):
         super().__init__()

@@ -9,7 +9,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 import accel_target
-from accel_target import inplace
+from accel_target.passes import inplace
 from accel_target.reporting import calls_of
 from tests.helpers import assert_close, rand, run_executable
 

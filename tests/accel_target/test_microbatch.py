@@ -1,5 +1,5 @@
 """MicroBatch: a batch's leading layers per sample while their activations outweigh their weights;
-ShareConstants: one constant per value; SharedLaunches: one merged kernel per repeated run."""
+ShareConstants: one constant per value."""
 
 import numpy as np
 import pytest
@@ -9,8 +9,11 @@ from torch import nn
 from tvm import relax
 
 import accel_target
-from accel_target import deploy, microbatch, pipeline
-from accel_target.transforms import ShareConstants
+from accel_target.compiler import graph_module
+from accel_target.passes import microbatch
+from accel_target.passes.constants import ShareConstants
+from accel_target.passes.relax_util import op_name
+from accel_target.runtime.executable import lift_weights
 from tests.helpers import assert_close, run_executable
 
 
@@ -52,12 +55,11 @@ def small_caches(monkeypatch):
 
 
 def _graph(model, x):
-    mod = pipeline._prepare(accel_target.from_torch(model, (x,)), None, None)
-    return pipeline.run_phases(mod, tvm.target.Target("accel"), last="graph")["graph"]
+    return graph_module(accel_target.from_torch(model, (x,)))
 
 
 def _convs(mod) -> list:
-    return [b.value.ty for b in microbatch._bindings(mod["main"]) if microbatch._op_name(b.value) == "relax.nn.conv2d"]
+    return [b.value.ty for b in microbatch.dataflow_bindings(mod["main"]) if op_name(b.value) == "relax.nn.conv2d"]
 
 
 def test_leading_blocks_run_per_sample_up_to_the_weight_heavy_conv(small_caches):
@@ -71,29 +73,13 @@ def test_leading_blocks_run_per_sample_up_to_the_weight_heavy_conv(small_caches)
     assert executable.report.count("accel", ["relax.nn.conv2d"]) == 21
 
 
-def test_repeated_runs_of_kernels_share_one_merged_kernel(small_caches):
-    # 8 samples x 6 kernels: a run per sample, cut at the period (SharedLaunches), calls one
-    # merged kernel; the last sample's run goes on into the batch part (cut at 8 kernels, the
-    # runs repeated every 4 samples: 4 merged kernels, each a copy of its members to compile).
-    # The classifier after it (mean, dense) is a launch of its own where both of its kernels
-    # are parallel (AVX2), so only the launches of the samples' runs are counted
-    model, x = _model(batch=8)
-    executable = accel_target.build(accel_target.from_torch(model, (x,)))
-    launches = [line.split()[1] for line in executable.as_text().splitlines() if "call  shared_launch" in line]
-    samples = [name for name in launches if "__fused_conv2d_nhwc_ohwi_add_relu__" in name]
-    assert samples == launches[: len(samples)] and all("conv2d" not in name for name in launches[len(samples) :])
-    assert len(samples) == 8 and len(set(samples[:7])) == 1 and samples[7] != samples[0], launches
-    with torch.no_grad():
-        assert_close(run_executable(executable, x.numpy()), model(x).numpy())
-
-
 def test_each_weight_is_one_weight_of_the_library(small_caches, monkeypatch):
     model, x = _model(batch=4)
     mod = accel_target.from_torch(model, (x,))
     # the weights that build(weights="separate") would keep beside the library
-    _, split = deploy.lift_weights(accel_target.optimize(mod))
+    _, split = lift_weights(accel_target.optimize(mod))
     monkeypatch.setattr(microbatch, "MIN_BATCH_BYTES", 1 << 62)
-    _, batched = deploy.lift_weights(accel_target.optimize(mod))
+    _, batched = lift_weights(accel_target.optimize(mod))
     assert len(split) == len(batched), (len(split), len(batched))
 
 

@@ -1,4 +1,4 @@
-"""QuantizeQDQ (accel_target/quantize.py) on tiny Relax modules: the integer calls of the int8
+"""QuantizeQDQ (accel_target/passes/quantize.py) on tiny Relax modules: the integer calls of the int8
 contract after the rewrite, results against numpy's reading of the QDQ graph."""
 
 import subprocess
@@ -10,7 +10,7 @@ import tvm
 import tvm.topi.testing
 from tvm import relax
 
-from accel_target.quantize import quantize_qdq
+from accel_target.passes.quantize import quantize_qdq
 from accel_target.reporting import calls_of
 from strategy.layout import constant_array
 from tests.helpers import assert_within_one_step, run_relax
@@ -163,6 +163,81 @@ def test_dense_becomes_integer_matmul_with_kn_weight():
     assert not op_calls(new, "relax.permute_dims") and not calls_of(new, QDQ)
     ref = dequantize(x_q, x_s, x_zp) @ dequantize(w_q, w_s, np.zeros(10), axis=0, ndim=2).T + b
     assert_within_one_step(run_relax(new, [x_q], target="llvm"), quantize(ref, y_s, y_zp, "uint8"))
+
+
+# what lies between the conv and the quantize: (name, tail(bb, conv) -> output, requantized)
+def _bias_dq_max_min(bb, y):
+    bias = emit_dq(bb, const(RNG.integers(-500, 500, (1, 6, 1, 1)), "int32"), 0.001, np.int32(0))
+    y = bb.emit(relax.op.maximum(bb.emit(relax.op.add(y, bias)), const(0.0, "float32")))
+    return emit_q(bb, bb.emit(relax.op.minimum(y, const(6.0, "float32"))), 0.03, np.uint8(5))
+
+
+def _relu_clip(bb, y):
+    return emit_q(bb, bb.emit(relax.op.clip(bb.emit(relax.op.nn.relu(y)), -1.0, 2.5)), 0.02, np.int8(-7))
+
+
+def _used_twice(bb, y):
+    quantized = emit_q(bb, y, 0.05, np.uint8(128))
+    return emit_q(bb, bb.emit(relax.op.add(emit_dq(bb, quantized, 0.05, np.uint8(128)), y)), 0.1, np.uint8(128))
+
+
+def _clamp_then_add(bb, y):
+    y = bb.emit(relax.op.add(bb.emit(relax.op.nn.relu(y)), const(np.ones((1, 6, 1, 1)), "float32")))
+    return emit_q(bb, y, 0.05, np.uint8(0))
+
+
+def _through_tuple_item(bb, y):
+    return emit_q(bb, bb.emit(relax.TupleGetItem(bb.emit(relax.Tuple([y])), 0)), 0.05, np.uint8(1))
+
+
+CHAINS = [
+    # requantized: a bias that is a dequantized int32 constant, ONNX's Clip as maximum / minimum;
+    # a ReLU then a clip, int8 output
+    ("bias_dq_max_min", _bias_dq_max_min, True),
+    ("relu_clip_int8", _relu_clip, True),
+    # quantized elementwise: the conv used elsewhere too, a clamp below the bias, a tuple item between
+    ("used_twice", _used_twice, False),
+    ("clamp_then_add", _clamp_then_add, False),
+    ("through_tuple_item", _through_tuple_item, False),
+]
+
+
+@pytest.mark.parametrize("name, tail, requantized", CHAINS, ids=[c[0] for c in CHAINS])
+def test_requantize_chain(name, tail, requantized):
+    """The conv is integer either way; the quantize after it becomes its requantize only where
+    each value between them is used once, else an elementwise quantize (a divide)."""
+    x_q = RNG.integers(0, 256, (1, 4, 8, 8)).astype("uint8")
+    w_q, w_s = RNG.integers(-127, 128, (6, 4, 3, 3)).astype("int8"), RNG.uniform(0.002, 0.02, 6).astype("float32")
+
+    def build(bb, x):
+        wd = emit_dq(bb, const(w_q, "int8"), w_s, np.zeros(6, "int8"), axis=0)
+        return tail(bb, bb.emit(relax.op.nn.conv2d(emit_dq(bb, x, 0.05, np.uint8(100)), wd, padding=1)))
+
+    mod = module(build, x_q)
+    new = quantize_qdq(mod)
+    relax.analysis.well_formed(new)
+    assert not calls_of(new, QDQ)
+    (conv,) = op_calls(new, "relax.nn.conv2d")
+    assert str(conv.attrs.out_dtype) == "int32" and str(conv.args[1].ty.dtype) == "int8"
+    assert bool(op_calls(new, "relax.divide")) != requantized
+    # equal to stock TVM's legalization of the QDQ graph, but for rounding at a tie
+    assert_within_one_step(run_relax(new, [x_q], "llvm"), run_relax(mod, [x_q], "llvm"))
+
+
+def test_pool_through_tuple_item_stays_integer():
+    """PyTorch's max_pool2d_with_indices: the quantize reads the pool through an item of a tuple."""
+    x_q = RNG.integers(0, 256, (1, 4, 8, 8)).astype("uint8")
+
+    def build(bb, x):
+        pool = bb.emit(relax.op.nn.max_pool2d(emit_dq(bb, x, 0.1, np.uint8(0)), (2, 2), (2, 2)))
+        item = bb.emit(relax.TupleGetItem(bb.emit(relax.Tuple([pool, pool])), 0))
+        return emit_q(bb, item, 0.1, np.uint8(0))
+
+    mod = module(build, x_q)
+    new = quantize_qdq(mod)
+    (pool,) = op_calls(new, "relax.nn.max_pool2d")
+    assert str(pool.args[0].ty.dtype) == "uint8" and not calls_of(new, QDQ)
+    np.testing.assert_array_equal(run_relax(new, [x_q], "llvm"), run_relax(mod, [x_q], "llvm"))
 
 
 # ops that only move values stay integer under equal parameters

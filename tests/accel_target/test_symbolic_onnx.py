@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 from tvm import relax
 
 import accel_target
-from accel_target import deploy
+from accel_target.runtime import deploy
 from tests.helpers import assert_close, float_onnx_model
 
 COVERED = {"relax.nn.conv2d", "relax.matmul"}

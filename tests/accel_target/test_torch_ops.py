@@ -1,4 +1,5 @@
-"""Converters accel adds to TVM's PyTorch importer (accel_target/torch_ops.py), against PyTorch."""
+"""Converters accel adds to TVM's PyTorch importer (accel_target/frontends/torch_ops.py and the
+modules it draws on), against PyTorch."""
 
 import re
 
@@ -8,7 +9,7 @@ import torch
 import tvm
 
 import accel_target
-from accel_target.frontend import UnsupportedModelError
+from accel_target.frontends import UnsupportedModelError
 from tests.helpers import assert_close, run_executable
 
 

@@ -8,16 +8,14 @@ from tvm import relax, te, topi
 
 import accel_target
 import topi_accel
-from accel_target.folding import fold_constant_subgraphs
+from accel_target.passes.fold_numpy import FoldConstantNumpy
+from accel_target.passes.fold_subgraphs import fold_constant_subgraphs
+from accel_target.passes.io_layouts import convert_input_layout
+from accel_target.passes.pad_as_conv import PadAsConv
+from accel_target.passes.simplify_layouts import SimplifyLayouts
+from accel_target.passes.whole_input_pooling import WholeInputPooling
 from accel_target.pipeline import graph_passes
 from accel_target.reporting import calls_of
-from accel_target.transforms import (
-    FoldConstantNumpy,
-    PadAsConv,
-    SimplifyLayouts,
-    WholeInputPooling,
-    convert_input_layout,
-)
 from strategy.layout import constant_array
 from tests.helpers import (
     ISAS,

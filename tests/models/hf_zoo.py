@@ -56,7 +56,7 @@ def _audio(samples: int = 4000) -> torch.Tensor:
     return torch.randn(1, samples, generator=torch.Generator().manual_seed(0))
 
 
-def _perturb(model: nn.Module) -> None:
+def perturb_weights(model: nn.Module) -> None:
     """Give every parameter that its init made constant (zero biases, unit norm weights, a
     layer scale of 1e-6, GRN's zero gamma and beta, a zero-initialised classifier) and
     every batch norm's statistics random values, so that none is a no-op in the test."""
@@ -79,7 +79,7 @@ def _build(config_name: str, model_name: str, perturb: bool = True, **config) ->
     torch.manual_seed(0)
     model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
     if perturb:
-        _perturb(model)
+        perturb_weights(model)
     return model.eval()
 
 

@@ -1,6 +1,6 @@
 """Decoders from transformers (GPT-2, Llama; small configs, random weights) through
 from_torch and accel_target.build, against PyTorch eager; and the import pieces they
-need (accel_target/torch_ops.py) one by one, against PyTorch."""
+need (accel_target/frontends/torch_ops.py) one by one, against PyTorch."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 import accel_target
-from accel_target.frontend import UnsupportedModelError
+from accel_target.frontends import UnsupportedModelError
 from tests.helpers import assert_close, run_executable
 from tests.models.hf_zoo import GPT2, LLAMA
 from tests.models.test_models import _check_report

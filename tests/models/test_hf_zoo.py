@@ -48,7 +48,9 @@ def own_transposes(mod: tvm.IRModule) -> int:
     return sum(found)
 
 
-def _check_kernels(executable):
+def check_kernels(executable):
+    """`executable`'s report, checked: every conv and matmul on an accel kernel (for conv2d, as
+    the executable's calls say too), no step of ours declined anything."""
     report = accel_target.report(executable)
     if not any(r.op == "relax.nn.conv1d" for r in report.rows):  # (conv1d runs on conv2d_nhwc_ohwi kernels)
         _check_report(executable, report)
@@ -59,7 +61,8 @@ def _check_kernels(executable):
     return report
 
 
-def _transposes(report) -> list[str]:
+def transpose_kernels(report) -> list[str]:
+    """The runtime kernels that transpose or transform a layout (an assertion's message)."""
     return [k for k in report.kernels.calls if any(t in k for t in TRANSFORM_KERNELS)]
 
 
@@ -75,10 +78,10 @@ def test_zoo_model_builds_and_matches_pytorch(name):
 
 
 def _check_transforms(name, mod, executable, extra: int) -> None:
-    """Every kernel check of `_check_kernels`; the runtime transposes at most the model's own +
+    """Every kernel check of `check_kernels`; the runtime transposes at most the model's own +
     `extra`, no weight transform."""
-    report = _check_kernels(executable)
-    assert report.kernels.activation_transforms <= own_transposes(mod) + extra, _transposes(report)
+    report = check_kernels(executable)
+    assert report.kernels.activation_transforms <= own_transposes(mod) + extra, transpose_kernels(report)
     assert report.kernels.weight_transforms == 0
     if name in DECODERS:
         assert report.count("fallback") == 0
@@ -94,8 +97,8 @@ def test_zoo_conv_net_with_nhwc_input_has_no_layout_transform(name):
     ref = model(x).detach()
     out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
     assert_close(out, (ref.permute(0, 2, 3, 1) if entry.image_output else ref).numpy())
-    report = _check_kernels(executable)
-    assert report.kernels.layout_transforms == 0, _transposes(report)
+    report = check_kernels(executable)
+    assert report.kernels.layout_transforms == 0, transpose_kernels(report)
 
 
 class _Padded(torch.nn.Module):

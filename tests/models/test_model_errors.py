@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from tvm import relax
 
 import accel_target
-from accel_target.frontend import UnsupportedModelError
+from accel_target.frontends import UnsupportedModelError
 from tests.models.zoo import make
 
 

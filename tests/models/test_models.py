@@ -7,7 +7,6 @@ import tvm
 import accel_target
 from tests.helpers import assert_close, run_executable
 from tests.models.zoo import MODELS, make
-from topi_accel.shared_launch import member_names
 
 pytestmark = pytest.mark.slow
 IMAGE_MODELS = [name for name, (_, _, image) in MODELS.items() if image]
@@ -16,11 +15,10 @@ CONV_KERNELS = {"conv2d_nhwc_ohwi.accel": "conv2d_nhwc_ohwi", "conv2d_winograd.a
 
 def _executable_calls(executable, prefix: str) -> int:
     """Kernels whose name contains `prefix` (fused_conv2d_nhwc_ohwi3_add_relu too) that main
-    calls, counted from the bytecode here, not by the report (a shared launch by its
-    members' names, which its own name lists)."""
+    calls, counted from the bytecode here, not by the report."""
     main = executable.as_text().split("@main:")[1].split("\n@")[0]
     names = [line.split()[1] for line in main.splitlines() if line.strip().startswith("call")]
-    return sum(prefix in kernel for name in names for kernel in (member_names(name) or [name]))
+    return sum(prefix in name for name in names)
 
 
 def _check_report(executable, report):
@@ -33,14 +31,14 @@ def _check_report(executable, report):
     # the report agrees with what the executable calls
     for implementation, kernel in CONV_KERNELS.items():
         assert _executable_calls(executable, kernel) == sum(r.kernel == implementation for r in convs)
-    # (Strassen's products of a large dense layer: three kernels, batch_dense_kn's seven products
-    # and its two of sums, accel_target.strassen)
-    strassen = [r for r in rows if r.kernel in ("batch_dense_kn.accel", "strassen.accel")]
     assert _executable_calls(executable, "dense_kn") - _executable_calls(executable, "batch_dense_kn") == len(dense)
-    assert _executable_calls(executable, "batch_dense_kn") + _executable_calls(executable, "strassen_") == len(strassen)
+    # (products with a constant batch of weights: relative position tables)
+    constant_batches = [r for r in rows if r.kernel == "batch_dense_kn.accel"]
+    assert _executable_calls(executable, "batch_dense_kn") == len(constant_batches)
     batched = [r for r in rows if r.kernel == "batch_matmul_kn.accel"]
     assert _executable_calls(executable, "batch_matmul_kn") == len(batched)
-    assert report.kernels.accel == len(convs) + len(dense) + len(strassen) + len(batched) == report.count("accel")
+    accel = len(convs) + len(dense) + len(constant_batches) + len(batched)
+    assert report.kernels.accel == accel == report.count("accel")
     assert report.kernels.weight_transforms == 0
     return convs, dense
 

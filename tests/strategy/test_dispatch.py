@@ -46,6 +46,7 @@ def test_broadcast_batch_matmul_falls_back_with_every_reason():
     assert_close(out, a @ b)
     assert log[0].fallback
     assert dict(log[0].skipped) == {
+        "strassen.accel": "not asked for (build(..., strassen=True))",
         "batch_dense_kn.accel": "the right operand is not a constant "
         "(batch_dense_kn packs its weights at compile time)",
         "dense_kn.accel": "right operand has rank 3; dense_kn needs a 2-D [in, out] weight",

@@ -308,7 +308,7 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
                     assert geo.out_w % cfg.ow_block == 0, (width, stride, cfg)
 
 
-# _flat_rows(pixels, rows, vectors): pick_block's tile where it divides the pixels (the pixels
+# flat_rows(pixels, rows, vectors): pick_block's tile where it divides the pixels (the pixels
 # if at most `rows`, else the largest divisor of at most `rows` if it is at least rows / 2),
 # else, of the tiles of MIN_FMA_CHAINS (8) accumulators or more up to `rows` pixels, the one
 # that pads the fewest pixels, the wider on a tie
@@ -325,15 +325,15 @@ def test_conv2d_tile_columns_fit_the_output_width(isa):
     ],
 )
 def test_flat_rows_pads_the_fewest_pixels(pixels, rows, vectors, expected):
-    assert topi_accel.conv2d._flat_rows(pixels, rows, vectors) == expected
+    assert topi_accel.conv2d_configs.flat_rows(pixels, rows, vectors) == expected
 
 
 def test_flat_rows_divides_or_pads_the_fewest():
-    chains = topi_accel.conv2d.MIN_FMA_CHAINS
+    chains = topi_accel.conv2d_configs.MIN_FMA_CHAINS
     for vectors, rows in ((1, 12), (2, 6), (3, 4), (4, 3), (2, 12), (3, 8)):
         tiles = range(ceil_div(chains, vectors), rows + 1)
         for pixels in range(1, 200):
-            block = topi_accel.conv2d._flat_rows(pixels, rows, vectors)
+            block = topi_accel.conv2d_configs.flat_rows(pixels, rows, vectors)
             assert block <= rows, (pixels, rows, vectors, block)
             if pixels % block:
                 assert block * vectors >= chains, (pixels, rows, vectors, block)
@@ -364,7 +364,7 @@ def test_a_3x3_conv_over_rows_of_few_divisors_keeps_the_fma_chains(target, shape
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
     vectors = cfg.oc_block // cfg.lanes
-    assert cfg.ow_block * vectors >= topi_accel.conv2d.MIN_FMA_CHAINS, cfg
+    assert cfg.ow_block * vectors >= topi_accel.conv2d_configs.MIN_FMA_CHAINS, cfg
     if expected:
         assert (cfg.flat, cfg.ow_block, vectors) == expected[cfg.lanes], cfg
 
@@ -509,7 +509,7 @@ def test_flat_pixel_tiles_in_a_model(isa):
     # 49 pixels (tiles of 5: two vectors; 160 and 512 channels are not 24s); the 14-wide row
     # tile's 8 accumulators give way to every one of the 12: 98 pixels a chunk (tiles of 6)
     assert sorted(filter(None, flat)) == ([(1, 49), (1, 49), (1, 49), (2, 98)] if twelve else []), flat
-    # the last conv (flat where twelve) writes over the shortcut it adds (accel_target.inplace)
+    # the last conv (flat where twelve) writes over the shortcut it adds (accel_target.passes.inplace)
     assert "R.call_tir_inplace" in mod["main"].script()
     if runs_here(target):
         with torch.no_grad():

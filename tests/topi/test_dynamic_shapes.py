@@ -11,7 +11,7 @@ import tvm
 from tvm.script import tirx as T
 
 import topi_accel
-from tests.helpers import ISAS, assert_close, conv2d_reference, isa_params, pack, rand
+from tests.helpers import ISAS, assert_close, compile_primfunc, conv2d_reference, isa_params, pack, rand
 from topi_accel.symbolic import REPRESENTATIVE_BATCH, REPRESENTATIVE_ROWS, SYMBOLIC
 from topi_accel.tuning import finish_kernel
 
@@ -25,7 +25,7 @@ TARGETS = [*isa_params(), pytest.param({"tag": "accel", "num-cores": 1}, id="1co
 def _library(func: tvm.tirx.PrimFunc, target) -> tvm.runtime.Module:
     """`func` as the build makes it (`finish_kernel`), compiled for `target`."""
     target = tvm.target.Target(target)
-    return tvm.compile(tvm.IRModule({"main": finish_kernel(func, target)}), target).jit()
+    return compile_primfunc(finish_kernel(func, target), target).jit()
 
 
 def _call(lib, inputs, out_shape) -> np.ndarray:

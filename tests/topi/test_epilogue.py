@@ -246,19 +246,21 @@ def test_reads_elementwise_tells_a_broadcast_from_an_elementwise_read():
 
 
 def test_round_half_to_even_is_vectorized():
-    """A vectorized loop that rounds (every requantize) stays a vector loop: TVM 0.27 leaves
-    tirx.nearbyint without TVectorizable and made such loops scalar (topi_accel/vectorizable.py);
-    the rounding is still half to even, as numpy's."""
+    """A vectorized loop that rounds (every requantize) stays a vector loop once `round_even`
+    writes tirx.nearbyint (which TVM 0.27 vectorizes as scalar calls) as llvm.roundeven; the
+    rounding is still half to even, as numpy's."""
     from tvm import te, tirx
+
+    from topi_accel.tir_passes.round_even import round_even
 
     a = (np.arange(64, dtype="float32") - 32) / 2  # every .5 from -16 to 15.5
     x = te.placeholder((64,), name="x")
     y = te.compute((64,), lambda i: tirx.nearbyint(x[i] * 1.0), name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    sch = s_tir.Schedule(round_even(te.create_prim_func([x, y])))
     _, lanes = sch.split(sch.get_loops(sch.get_sblock("y"))[0], [None, 16])
     sch.vectorize(lanes)
     lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), tvm.target.Target("accel"))
-    assert "llvm.nearbyint.v16f32" in lib.mod.inspect_source("ll")
+    assert "llvm.roundeven.v16f32" in lib.mod.inspect_source("ll")
     out = tvm.runtime.tensor(np.zeros(64, "float32"))
     lib["main"](tvm.runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), np.rint(a))

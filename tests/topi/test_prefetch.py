@@ -13,7 +13,7 @@ from tvm import relax, tirx
 import accel_target
 import topi_accel
 from tests.helpers import assert_close, matmul_module, pack, rand, run_executable, run_primfunc
-from topi_accel import prefetch as P
+from topi_accel.tir_passes import prefetch as P
 
 RECORD = "testing.accel_prefetched"
 
@@ -106,24 +106,17 @@ def test_no_prefetch_where_the_weights_stream_anyway():
     assert func is not None and func.script().count("T.prefetch(") == 1
 
 
-def test_prefetches_go_in_before_the_claims_not_after():
-    # claimed, the parallel loop is a loop over slices: offsets computed from it would be wrong
-    claimed = topi_accel.claim_iterations(_dense(64, 256, 96)[0], 2)
-    with pytest.raises(TypeError, match="While"):
-        topi_accel.insert_prefetches(claimed)
-
-
 def test_kernels_with_prefetches_compute_what_they_did():
     func, cfg = _dense(64, 256, 96)
     a, w = rand(64, 256), rand(256, 96)
-    claimed = topi_accel.claim_iterations(topi_accel.insert_prefetches(func), 2)
-    assert_close(run_primfunc(claimed, [a, pack(w, topi_accel.weight_pack_map(cfg))], (64, 96)), a @ w)
+    prefetched = topi_accel.insert_prefetches(func)
+    assert_close(run_primfunc(prefetched, [a, pack(w, topi_accel.weight_pack_map(cfg))], (64, 96)), a @ w)
 
     func, cfg = _conv()
     x, k = rand(1, 8, 8, 128), rand(64, 1, 1, 128)
-    claimed = topi_accel.claim_iterations(topi_accel.insert_prefetches(func), 2)
+    prefetched = topi_accel.insert_prefetches(func)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(k).permute(0, 3, 1, 2))
-    out = run_primfunc(claimed, [x, pack(k, topi_accel.kernel_pack_map(cfg))], (1, 8, 8, 64))
+    out = run_primfunc(prefetched, [x, pack(k, topi_accel.kernel_pack_map(cfg))], (1, 8, 8, 64))
     assert_close(out, ref.permute(0, 2, 3, 1).numpy())
 
 
@@ -144,7 +137,7 @@ def test_a_kernel_that_asked_for_no_prefetch_is_left_unlowered(monkeypatch):
         legalized = relax.transform.LegalizeOps()(_transpose_chain())
     transposes = [f for g, f in legalized.functions_items() if g.name_hint.startswith("transpose")]
     assert transposes and not any(P.asks_for_prefetches(f) for f in transposes)
-    monkeypatch.setattr(P.workshare, "lower_blocks", lambda: pytest.fail("lowered a kernel that asked for no prefetch"))
+    monkeypatch.setattr(P, "lower_blocks", lambda: pytest.fail("lowered a kernel that asked for no prefetch"))
     assert all(P.insert_prefetches(f) is None for f in transposes)
 
 
@@ -161,7 +154,7 @@ def _transpose_chain():
     return bb.get()
 
 
-def test_a_row_by_row_kernel_is_lowered_for_the_claims():
+def test_a_row_by_row_kernel_is_lowered():
     """The chain computed row by row (generic.parallelize) compacts its per-row buffers to
     indices like ``row - row``; lowered without TVM's StmtSimplify, FlattenBuffer failed on
     them ("Divide by zero"). Strict: the build fails if any step declines."""

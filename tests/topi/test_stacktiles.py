@@ -1,5 +1,6 @@
-"""Register tiles on the stack (topi_accel/stacktiles.py): TVM 0.27 puts every local buffer in
-its workspace pool, where LLVM cannot keep an accumulator in a register."""
+"""Register tiles on the stack (topi_accel/tir_passes/stacktiles.py, the TIR pipeline "accel"):
+TVM 0.27 puts every local buffer in its workspace pool, where LLVM cannot keep an accumulator
+in a register."""
 
 import pytest
 import tvm
@@ -7,7 +8,7 @@ from tvm import tirx
 
 import topi_accel
 from tests.helpers import ISAS, assert_close, compile_primfunc, pack, rand, run_compiled
-from topi_accel import stacktiles
+from topi_accel.tir_passes import stacktiles
 
 
 def _dense(m: int, k: int, n: int, target):
@@ -20,13 +21,12 @@ def _dense(m: int, k: int, n: int, target):
 def test_register_tiles_stay_in_registers(isa):
     """Either ISA's code (any x86 host compiles it): dense_kn's tile (8 x 48 on AVX-512, 24
     vectors in 1536 bytes; 4 x 24 on AVX2, 12 in 384) built for an accel target allocates
-    nothing from the workspace pool and calls no memset; built for plain LLVM (TVM's pipeline
-    as TVM has it), the same kernel allocates its tile there, and zeroes the large one with
-    memset."""
+    nothing from the workspace pool and calls no memset; built through TVM's own TIR pipeline,
+    the same kernel allocates its tile there, and zeroes the large one with memset."""
     target = tvm.target.Target(ISAS[isa])
     _, func = _dense(128, 768, 2304, target)
-    plain_llvm = tvm.target.Target({"kind": "llvm", "mcpu": ISAS[isa]["mcpu"]})
-    accel, plain = (compile_primfunc(func, t).mod.inspect_source("asm") for t in (target, plain_llvm))
+    accel = compile_primfunc(func, target).mod.inspect_source("asm")
+    plain = tvm.compile(tvm.IRModule({"main": func}), target).mod.inspect_source("asm")
     assert "TVMBackendAllocWorkspace" in plain and ("memset" in plain) == (isa == "avx512")
     assert "TVMBackendAllocWorkspace" not in accel and "memset" not in accel
 
@@ -62,22 +62,23 @@ def test_only_local_buffers_of_a_tiles_size_are_marked():
 
 
 def test_the_pass_leaves_other_targets_alone():
-    from accel_target.pipeline import stack_register_tiles
+    from accel_target.pipeline import stack_tiles
 
     tile = tirx.decl_buffer((16,), "float32", "tile", scope="local")
     func = _allocations(tile)
     for target, expected in (("llvm", False), (tvm.target.Target("accel"), True)):
-        mod = stack_register_tiles(tvm.IRModule({"main": func.with_attr("target", tvm.target.Target(target))}))
+        mod = stack_tiles(tvm.IRModule({"main": func.with_attr("target", tvm.target.Target(target))}))
         (stmt,) = [s for s in mod["main"].body.seq if isinstance(s, tirx.AllocBuffer)]
         assert (stacktiles.ON_STACK in stmt.annotations) is expected, target
 
 
-def test_registered_once():
+def test_tvms_own_tir_pipeline_is_left_as_it_is():
+    """``import accel_target`` adds the TIR pipeline "accel" and leaves TVM's default alone."""
     from tvm.tirx import compilation_pipeline
 
     from accel_target import pipeline
 
-    before = compilation_pipeline.PIPELINE_MAP["s_tir"]
-    assert before.accel_stacks_tiles
+    assert compilation_pipeline.PIPELINE_MAP["s_tir"].__module__.startswith("tvm.")
+    assert compilation_pipeline.PIPELINE_MAP["accel"] is pipeline.tir_pipeline
     pipeline.register()
-    assert compilation_pipeline.PIPELINE_MAP["s_tir"] is before
+    assert compilation_pipeline.PIPELINE_MAP["accel"] is pipeline.tir_pipeline

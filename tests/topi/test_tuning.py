@@ -84,7 +84,7 @@ def test_a_tuned_config_without_row_chunks_takes_the_heuristics(tmp_path):
     db = topi_accel.tuning.TuningDB(tmp_path / "tuning.json")
     old = {k: v for k, v in dataclasses.asdict(heuristic).items() if k != "row_chunks"}
     for config, chunks in ((old, 2), ({**old, "channels_outer": False}, 1), ({**old, "row_chunks": 1}, 1)):
-        db.entries[topi_accel.conv2d.conv2d_key(geo, target)] = {"config": config, "ms": 1.0}
+        db.entries[topi_accel.conv2d_key(geo, target)] = {"config": config, "ms": 1.0}
         with target, topi_accel.tuning.using(db):
             assert topi_accel.conv2d_config(geo).row_chunks == chunks, config
 

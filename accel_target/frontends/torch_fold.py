@@ -1,0 +1,135 @@
+"""What accel does to an ExportedProgram before TVM's importer reads it: our decomposition
+table, and PyTorch-computed constants for what depends on no input.
+
+- Decompositions: PyTorch's default table but for ``scaled_dot_product_attention``,
+  which stays one node (its decomposition fails to re-trace GPT-2 at batch 2, and
+  hides the two products of attention behind broadcasts and reshapes).
+- Input-independent subgraphs (a decoder's causal mask, built from ``arange``,
+  ``diff``, ``cumsum`` and broadcast indexing; Llama's rotary cos/sin tables) are
+  computed by PyTorch itself at import and enter the module as constants. TVM's
+  importer mistranslates some of those ops (``cumsum`` of a bool keeps the bool
+  type, so the mask is wrong and does not compile) and lacks others.
+- A program that mutates a buffer or an input (a batch norm in training mode updating its
+  running statistics, an in-place op on an input) is refused: TVM's importer returns the
+  user outputs only and would drop the mutation silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tvm import relax
+
+from strategy.layout import array_constant
+
+from .errors import UnsupportedModelError
+
+# Input kinds of an ExportedProgram whose values are fixed at export and bound as
+# constants by the importer (parameters stay out: they may be kept as inputs).
+_FIXED_INPUT_KINDS = ("BUFFER", "CONSTANT_TENSOR")
+
+Converter = Callable[[Any, Any], relax.Expr]
+
+
+def decompositions() -> dict:
+    """PyTorch's default decomposition table without scaled_dot_product_attention."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
+
+
+def decomposed(program):
+    """`program` with our decompositions run (functional: in-place ops and batch norm's update
+    of its running statistics show as mutations in its signature); a program that mutates a
+    buffer or an input raises UnsupportedModelError naming them."""
+    program = program.run_decompositions(decompositions())
+    signature = program.graph_signature
+    buffers = sorted(signature.buffers_to_mutate.values())
+    inputs = sorted(signature.user_inputs_to_mutate.values())
+    if buffers or inputs:
+        what = ", ".join([*(f"buffer {b}" for b in buffers), *(f"input {i}" for i in inputs)])
+        raise UnsupportedModelError(
+            f"accel: the program mutates {what} (a module in training mode, or an in-place op on an input); "
+            "accel builds inference programs that change nothing: call model.eval(), or copy the input first"
+        )
+    return program
+
+
+def _fixed_inputs(program) -> dict:
+    """{placeholder name: tensor} of the buffers and lifted constants of `program`."""
+    values = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name not in _FIXED_INPUT_KINDS:
+            continue
+        value = program.constants.get(spec.target)
+        values[spec.arg.name] = value if value is not None else program.state_dict[spec.target]
+    return values
+
+
+def _is_static_tensors(value) -> bool:
+    """A tensor, or a tuple/list of tensors, with concrete shapes."""
+    import torch
+
+    if isinstance(value, (tuple, list)):
+        return len(value) > 0 and all(_is_static_tensors(v) for v in value)
+    return isinstance(value, torch.Tensor) and all(isinstance(d, int) for d in value.shape)
+
+
+def _may_fold(node, known: dict) -> bool:
+    """A pure op whose every input is known and whose result someone uses."""
+    import torch
+
+    if node.op != "call_function" or not node.users:
+        return False
+    if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        return False
+    if getattr(node.target, "namespace", None) == "quantized_decomposed":
+        return False  # q/dq stay in the graph: accel_target.passes.quantize makes integer kernels of them
+    return all(arg in known for arg in node.all_input_nodes) and _is_static_tensors(node.meta.get("val"))
+
+
+def input_independent_values(program) -> dict:
+    """{fx node: PyTorch value} for every op of `program` that depends on no user input
+    and no parameter, computed by PyTorch (shapes are static at export)."""
+    import torch
+
+    fixed = _fixed_inputs(program)
+    known = {node: fixed[node.name] for node in program.graph.nodes if node.op == "placeholder" and node.name in fixed}
+    folded = {}
+    with torch.no_grad():
+        for node in program.graph.nodes:
+            if not _may_fold(node, known):
+                continue
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), known.__getitem__)
+            known[node] = folded[node] = node.target(*args, **kwargs)
+    return folded
+
+
+def as_relax(value) -> relax.Expr:
+    """A relax constant (or tuple of constants) holding a PyTorch value."""
+    import torch
+
+    if isinstance(value, (tuple, list)):
+        return relax.Tuple([as_relax(v) for v in value])
+    if value.is_complex():  # carried as (real, imaginary) pairs (accel_target/frontends/torch_complex.py)
+        value = torch.view_as_real(value)
+    return array_constant(value.detach().contiguous().numpy())
+
+
+def folding(stock: Converter | None, name: str, folded: dict) -> Converter:
+    """`name`'s converter: a constant for a folded node, the given converter otherwise."""
+
+    def convert(node, importer):
+        if node in folded:
+            return as_relax(folded[node])
+        if stock is None:
+            raise NotImplementedError(f"accel: the torch importer has no converter for {name}")
+        return stock(node, importer)
+
+    return convert
+
+
+__all__ = ["as_relax", "decomposed", "decompositions", "folding", "input_independent_values"]

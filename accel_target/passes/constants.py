@@ -1,0 +1,129 @@
+"""Passes about constants: ShareConstants (equal tensor constants become one),
+EmptyConstantsAtRunTime (a constant of no element made by a kernel), BindConstantSizes (shape
+variables known at compile time become numbers)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import tvm
+from tvm import relax, tirx, topi
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .relax_util import op_name, rewrite_functions
+
+
+@mutator
+class _ConstantSharer(PyExprMutator):
+    def __init__(self, mod=None):
+        super().__init__(mod)
+        self.first: dict = {}  # (dtype, shape, digest of the bytes) -> the first such constant
+        self.shared: dict = {}  # a constant seen before -> the one it became (hashed once)
+
+    def visit_generic_const_(self, const):
+        if not isinstance(const.value, tvm.runtime.Tensor):
+            return const
+        if const not in self.shared:
+            array = const.value.numpy()
+            key = (str(array.dtype), array.shape, hashlib.blake2b(np.ascontiguousarray(array).data).digest())
+            self.shared[const] = self.first.setdefault(key, const)
+        return self.shared[const]
+
+
+@tvm.transform.module_pass(opt_level=0, name="ShareConstants")
+class ShareConstants:
+    """Tensor constants of equal dtype, shape and bytes become one constant. The strategies
+    pack a constant weight once per call that reads it, and MicroBatch's per-sample copies of
+    the leading layers read each weight once per sample: without sharing, every copy would be
+    a weight of its own in the library, its weights file and memory (a batch of 8 carrying
+    each early weight 8 times)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_ConstantSharer, mod)
+
+
+@mutator
+class _EmptyMaker(PyExprMutator):
+    def visit_generic_const_(self, const):
+        value = const.value
+        if not isinstance(value, tvm.runtime.Tensor) or math.prod(value.shape) != 0:
+            return const
+        empty = self.builder_.call_te(topi.full, list(value.shape), str(value.dtype), 0, primfunc_name_hint="empty")
+        return self.builder_.emit(empty)
+
+
+@tvm.transform.module_pass(opt_level=0, name="EmptyConstantsAtRunTime")
+class EmptyConstantsAtRunTime:
+    """A constant with no element (a shape with a 0: ``x[:, :0]`` of a weight, a repeat of 0,
+    ViTMAE's mask tokens without a mask) becomes a kernel that makes it: TVM saves such a
+    constant in a library but cannot load it back ("Invalid DLTensor file format"), so the
+    executable could not run (`AccelExecutable.jit` goes through a library) nor be saved.
+    After the kernel phase's FoldConstant, which would fold it back."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_EmptyMaker, mod)
+
+
+def _tensor_to_shape_source(value, bound: dict):
+    """The tensor a ``vm.builtin.tensor_to_shape`` call `value` reads (what a variable is
+    bound to, by `bound`), else None."""
+    # (the importer's R.tensor_to_shape is a packed call by the time the folding is done)
+    packed = value.args[0] if op_name(value) == "relax.call_pure_packed" else None
+    if isinstance(packed, relax.ExternFunc) and str(packed.global_symbol) == "vm.builtin.tensor_to_shape":
+        return bound.get(value.args[1], value.args[1])
+    return None
+
+
+def known_dims(value, bound: dict) -> list[int] | None:
+    """The dimensions a match_cast reads from the shape `value`, where they are known at
+    compile time: a shape of constants, or one read from a constant tensor (``.item()`` of a
+    tensor the folding computed; `bound`: variable -> value)."""
+    if isinstance(value, relax.ShapeExpr) and all(isinstance(v, tirx.IntImm) for v in value.values):
+        return [int(v) for v in value.values]
+    tensor = _tensor_to_shape_source(value, bound)
+    if isinstance(tensor, tvm.ir.expr.Constant):
+        return [int(v) for v in tensor.value.numpy().reshape(-1)]
+    return None
+
+
+def constant_sizes(func: relax.Function) -> dict:
+    """shape variable -> int, for the variables that a match_cast in `func` defines from a
+    value known at compile time."""
+    bound: dict = {}
+    sizes: dict = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = bound.get(binding.value, binding.value) if isinstance(binding.value, relax.Var) else binding.value
+            bound[binding.var] = value
+            if not isinstance(binding, relax.MatchCast) or not isinstance(binding.ty, relax.ShapeType):
+                continue
+            pattern, dims = binding.ty.values, known_dims(value, bound)
+            if pattern is not None and dims is not None and len(dims) == len(pattern):
+                sizes.update((var, dim) for var, dim in zip(pattern, dims) if isinstance(var, tirx.Var))
+    return sizes
+
+
+@tvm.transform.module_pass(opt_level=0, name="BindConstantSizes")
+class BindConstantSizes:
+    """A shape variable that a match_cast reads from a value known at compile time becomes
+    that number in the whole function: ``.item()`` of a tensor computed from constants
+    (Reformer's axial position embeddings read their length from positions the folding
+    computed), and a match_cast of a shape of constants. What it sizes is then static: folded,
+    fused and scheduled as any other tensor. Sized at run time, an op that broadcasts it
+    against a static shape has no known shape, which LegalizeOps skips and CodeGenVM then
+    fails on; and LegalizeOps gives a slice's shape a branch (``T.if_then_else(n < -4, n // 4
+    + 5, n // 4 + 1)``) that FuseOps fails on ("Cannot find the FInferType attribute
+    registered to op: prim.if_then_else"), leaving the model unfused. After the first numpy
+    folding; repeated while it finds more (a size read from a shape of sizes)."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            done: set = set()
+            while sizes := {var: dim for var, dim in constant_sizes(mod[gvar]).items() if var not in done}:
+                mod = relax.transform.BindSymbolicVars(sizes, gvar.name_hint)(mod)
+                done.update(sizes)
+        return mod

@@ -1,0 +1,54 @@
+"""What accel_target/tvm_private.py relies on in TVM: these fail when a TVM release changes it."""
+
+import ctypes
+import os
+
+import numpy as np
+import tvm
+from tvm import te
+
+import accel_target  # noqa: F401  (registers the target)
+from accel_target import tvm_private
+from accel_target.runtime import pool
+
+
+def test_this_tvm_is_the_release_the_private_parts_were_written_for():
+    assert tvm.__version__.startswith(tvm_private.TESTED)
+    assert tvm_private.supported("a test")
+
+
+def _parallel_library(tmp_path) -> str:
+    x = te.placeholder((64, 64), name="x")
+    y = te.compute((64, 64), lambda i, j: x[i, j] * 2.0, name="y")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, y]))
+    sch.parallel(sch.get_loops(sch.get_sblock("y"))[0])
+    path = str(tmp_path / "parallel.so")
+    tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), "llvm").export_library(path)
+    return path
+
+
+def test_a_built_library_launches_through_the_pointer_accels_pool_takes(tmp_path):
+    """A library with a parallel loop exports __TVMBackendParallelLaunch (and no barrier
+    pointer), and pointed at accel's pool it launches there with TVM's TVMParallelGroupEnv."""
+    path = _parallel_library(tmp_path)
+    module = tvm.runtime.load_module(path)
+    handle = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOLOAD)
+    ctypes.c_void_p.in_dll(handle, tvm_private.LAUNCH)
+
+    assert pool.install(path)
+    before = pool.stats()["launches"]
+    x = np.arange(64 * 64, dtype="float32").reshape(64, 64)
+    out = tvm.runtime.tensor(np.zeros((64, 64), "float32"))
+    module["main"](tvm.runtime.tensor(x), out)
+    assert pool.stats()["launches"] == before + 1
+    np.testing.assert_array_equal(out.numpy(), 2 * x)
+
+
+def test_tvms_onnx_importer_reads_its_table_where_accel_adds_converters():
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    table = onnx_frontend._get_convert_map()
+    assert "Conv" in table and "QuantizeLinear" in table
+    with tvm_private.onnx_converters({"AccelTest": object}):
+        assert "AccelTest" in onnx_frontend._get_convert_map()
+    assert "AccelTest" not in onnx_frontend._get_convert_map()

@@ -1,0 +1,50 @@
+"""Small kernels run on the calling thread alone.
+
+A parallel loop is a launch of the thread pool: the caller publishes the job and waits for
+the tasks a worker has started. A kernel of little work gains less from a second thread
+than the launch costs, so `serial_when_small` makes its parallel loops
+serial.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+
+def iterations(stmt: tirx.Stmt) -> int | None:
+    """How many times the stores and calls of `stmt` run (loop extents multiplied down each
+    nest, added up across it; the larger branch of a condition; blocks' bodies, not their
+    inits); None if a loop's extent is symbolic."""
+    if isinstance(stmt, tirx.SeqStmt):
+        counts = [iterations(s) for s in stmt.seq]
+        return None if None in counts else sum(counts)
+    if isinstance(stmt, tirx.For):
+        inner = iterations(stmt.body)
+        if inner is None or not isinstance(stmt.extent, tirx.IntImm):
+            return None
+        return int(stmt.extent) * inner
+    if isinstance(stmt, tirx.IfThenElse):
+        counts = [iterations(s) for s in (stmt.then_case, stmt.else_case) if s is not None]
+        return None if None in counts else max(counts)
+    body = getattr(stmt, "block", None) or getattr(stmt, "body", None)  # (a block's realize: its block)
+    if isinstance(body, tirx.Stmt):
+        return iterations(body)
+    return 1 if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)) else 0  # (not a declaration)
+
+
+def _serial(loop: tirx.For) -> tirx.For:
+    if loop.kind != tirx.ForKind.PARALLEL:
+        return loop
+    return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body, None, loop.annotations)
+
+
+def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc | None:
+    """`func` with its parallel loops serial when its innermost statements run fewer than
+    `min_iterations` times in all; None if it is larger, of a symbolic size, or has no
+    parallel loop."""
+    work = iterations(func.body)
+    if work is None or work >= min_iterations:
+        return None
+    body = tvm_ffi.structural_map(func.body, (tirx.For, _serial), order="post")
+    return None if body.same_as(func.body) else func.with_body(body)
