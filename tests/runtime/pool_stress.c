@@ -1,8 +1,8 @@
 /* A stress test of accel's pool (accel_target/runtime/pool.c, included below), run by
  * test_pool.py.
  *
- * One thread launches, over and over, a kernel of one task and then a kernel of as many tasks
- * as the pool chooses, on a pool of two threads. ACCEL_POOL_STRETCH pauses for STRETCH_NS at
+ * One thread launches, over and over, a kernel of one task and then a kernel of SECOND_TASKS
+ * tasks (as a schedule that sets its count asks), on a pool of two threads. ACCEL_POOL_STRETCH pauses for STRETCH_NS at
  * the places where a worker reading the job and the caller publishing the next one may
  * interleave, so that an interleaving a model meets once in millions of launches comes within
  * a few thousand.
@@ -52,6 +52,8 @@ static int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*
 #undef pthread_create
 
 #define MAX_TASKS 1024
+
+#define SECOND_TASKS 8 /* more tasks than threads: the worker claims some while the caller runs */
 
 typedef struct {
   int launch;
@@ -120,7 +122,7 @@ int main(int argc, char** argv) {
     long before[4], after[4];
     accel_pool_stats(before);
     if (held) accel_pool_hold(1);
-    int tasks = launch_and_check(held ? slow_first_task : count_run, 0, 2 * round + 1);
+    int tasks = launch_and_check(held ? slow_first_task : count_run, SECOND_TASKS, 2 * round + 1);
     if (held) accel_pool_hold(0);
     accel_pool_stats(after);
     if (!tasks) return 1;

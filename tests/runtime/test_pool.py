@@ -163,7 +163,7 @@ def pool_stress(tmp_path_factory):
 
 
 def test_launches_interleaved_with_a_worker_reading_the_last_job_run_each_task_once(pool_stress):
-    """20000 launches of one task, each followed by one of the pool's own task count, with
+    """20000 launches of one task, each followed by one of eight tasks, with
     pauses where a worker reading the last job and the caller publishing the next interleave:
     every task runs once, with its launch's data, and every launch ends."""
     launches, by_both = pool_stress("20000")
