@@ -9,9 +9,11 @@ merges their JSON files; run by hand, a process times one contender (no ratios).
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -44,6 +46,7 @@ def _packages_of(root: str) -> str:
     """A folder holding links to `root`'s accel_target, topi_accel and strategy only, for
     sys.path: the rest (tests/, benchmarks/) stays this checkout's."""
     folder = tempfile.mkdtemp(prefix="accel_root_")
+    atexit.register(shutil.rmtree, folder, True)  # the links only, not what they point at
     for package in ("accel_target", "topi_accel", "strategy"):
         os.symlink(os.path.join(root, package), os.path.join(folder, package))
     return folder

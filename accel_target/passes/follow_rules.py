@@ -334,7 +334,8 @@ def transposes_of(perm: list[int], shape: list) -> int:
 
 def reshape_groups(shape: list[int], new: list[int]) -> list[tuple[list[int], list[int]]] | None:
     """The reshape of `shape` to `new` as (input axes, output axes) groups of equal size, each
-    one axis split or axes merged, in order; None when the sizes do not add up."""
+    one axis split or axes merged, in order (trailing size-1 axes in the last group: [N, C, 2, 2]
+    -> [N, C, 4, 1]); None when the sizes do not add up."""
     groups, i, k = [], 0, 0
     while i < len(shape) or k < len(new):
         ins, outs, a, b = [], [], 1, 1
@@ -349,7 +350,13 @@ def reshape_groups(shape: list[int], new: list[int]) -> list[tuple[list[int], li
                 k += 1
             else:
                 break
-        if a != b or not ins or not outs:
+        if a != b:
             return None
+        if not (ins and outs):  # size-1 axes left over at the end join the last group
+            if not groups:
+                return None
+            groups[-1][0].extend(ins)
+            groups[-1][1].extend(outs)
+            continue
         groups.append((ins, outs))
     return groups

@@ -16,6 +16,7 @@ Wherever they occur, it rewrites:
 - a depthwise 1x1 conv2d with unit weights, stride and dilation into the zero pad it is (see
   `PadAsConv`, which creates them around ConvertLayout); a conv2d of ``x * s``, s a constant
   per input channel (image normalization's scale), into a conv2d of x with its weight scaled;
+- a pad of all-zero widths into its input (a runtime copy otherwise);
 - squeeze's negative axes into non-negative ones (ConvertLayout fails on them);
 - an elementwise op (`op_kinds.is_elementwise`: what TVM's kernel for it computes, not a list
   of names) of two tensors permuted alike into the permute of the op;
@@ -150,6 +151,12 @@ def sink_permute(m: PyExprMutator, call: relax.Call) -> relax.Call | None:
             new_widths[2 * axis : 2 * axis + 2] = widths[2 * i : 2 * i + 2]
         moved = relax.op.nn.pad(x, new_widths, pad_mode=str(attrs.pad_mode), pad_value=float(attrs.pad_value))
     return m.builder_.normalize(relax.op.permute_dims(m.builder_.emit(moved), p))
+
+
+def drop_zero_pad(_m: PyExprMutator, call: relax.Call) -> relax.Expr | None:
+    """pad(x, all widths 0) -> x: a copy of x (PyTorch's F.pad to a multiple that is met
+    already, MobileViT's patches)."""
+    return call.args[0] if all(int(w) == 0 for w in call.attrs.pad_width) else None
 
 
 # ops ConvertLayout cannot see through
@@ -402,6 +409,7 @@ ELEMENTWISE_REWRITES = (elementwise_of_permutes, elementwise_before_reshape)
 # op -> its rewrites, in order: the first that returns an expression replaces the call
 REWRITES = {
     PERMUTE: (simplify_permute,),
+    PAD: (drop_zero_pad,),
     CLIP: (clip_as_min_max,),
     BROADCAST: (drop_noop_broadcast,),
     SQUEEZE: (squeeze_from_front,),

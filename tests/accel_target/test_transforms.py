@@ -160,6 +160,11 @@ def test_identity_depthwise_conv_becomes_a_pad():
     )
 
 
+def test_pad_of_zero_widths_is_dropped():
+    x = rand(1, 3, 4, 5)
+    _check(lambda x: relax.op.exp(relax.op.nn.pad(x, [0] * 8)), {"x": x}, {}, np.exp(x), ["relax.exp"])
+
+
 def test_broadcast_weight_of_3d_linear_is_unbroadcast():
     x, w = rand(4, 2, 8), rand(8, 5)
     _check(

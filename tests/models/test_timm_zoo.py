@@ -15,12 +15,8 @@ from tests.models.timm_zoo import TIMM, make
 pytestmark = pytest.mark.slow
 pytest.importorskip("timm")  # (it imports torchvision: tests/conftest.py installed the shim it needs)
 # runtime transposes beyond the model's own, at most: what the layout clean-up cannot yet move
-# past. Lower an entry (delete it at 0) when the clean-up learns the op:
-EXTRA_TRANSPOSES = {
-    # the first transformer block's group norm runs NCHW: its input is reshaped ([N, C, 2, 2]
-    # -> [N, C, 4, 1]) between the permute and it
-    "mobilevitv2_050": 1,
-}
+# past (none in this zoo). Add an entry, with its reason, only for what it cannot:
+EXTRA_TRANSPOSES: dict[str, int] = {}
 
 
 @pytest.mark.parametrize("name", list(TIMM))

@@ -49,6 +49,19 @@ BRANCHES = {
     "slice": lambda bb, a: _conv(4)(bb.emit(relax.op.strided_slice(a, [1], [2], [6]))),
     "resize": lambda bb, a: _conv(C)(bb.emit(relax.op.image.resize2d(a, (16, 16), method="nearest_neighbor"))),
     "radix_sum": lambda bb, a: _conv(4)(bb.emit(relax.op.sum(bb.emit(relax.op.reshape(a, [1, 2, 4, 8, 8])), [1]))),
+    # MobileViT-v2's patches: H and W merged into a trailing size-1 axis, a group norm over them
+    "merged_group_norm": lambda bb, a: _conv(C)(
+        bb.emit(
+            relax.op.reshape(
+                bb.emit(
+                    relax.op.nn.group_norm(
+                        bb.emit(relax.op.reshape(a, [1, C, 64, 1])), _const(C), _const(C), 1, 1, [2, 3]
+                    )
+                ),
+                [1, C, 8, 8],
+            )
+        )
+    ),
     "where": lambda bb, a: _conv(C)(
         bb.emit(relax.op.where(bb.emit(relax.op.greater(a, relax.const(0.5))), a, relax.const(0.0)))
     ),
@@ -115,6 +128,8 @@ def test_reshape_groups_and_dropped_axes():
     assert reshape_groups([1, 128, 16, 16], [1, 2, 64, 16, 16]) == [([0], [0]), ([1], [1, 2]), ([2], [3]), ([3], [4])]
     assert reshape_groups([1, 2, 64, 4], [1, 128, 4]) == [([0], [0]), ([1, 2], [1]), ([3], [2])]
     assert reshape_groups([6], [4]) is None
+    # a trailing size-1 axis joins the last group
+    assert reshape_groups([1, 8, 2, 2], [1, 8, 4, 1]) == [([0], [0]), ([1], [1]), ([2, 3], [2, 3])]
     # NHWC -> NCHW permute, then a sum over C without keepdims: [N, H, W] straight from the source
     assert kept_perm([0, 3, 1, 2], [1]) == [0, 1, 2]
     assert kept_perm([0, 3, 1, 2], [2, 3]) == [0, 1]
