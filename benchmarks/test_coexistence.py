@@ -1,4 +1,4 @@
-"""Coexistence (issue #75, benchmarks/coexistence.py): each model timed alone and right after a
+"""Coexistence (benchmarks/coexistence.py): each model timed alone and right after a
 numpy product and a PyTorch conv, in the same process; run.py's "coexistence" suite takes the
 slowdown (after / alone) of each round's process; 21 calls there (--calls)."""
 

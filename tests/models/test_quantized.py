@@ -47,7 +47,7 @@ class Bottleneck(nn.Module):
 
 class InvertedResidual(nn.Module):
     """MobileNetV2's block; `keras_pad`: stride-2 depthwise convs pad (0, 1, 0, 1) with a ZeroPad2d
-    before them, as MobileNetV2 converted from Keras does (the Pad of issue #17)."""
+    before them, as MobileNetV2 converted from Keras does."""
 
     def __init__(self, cin, cout, stride, expand, keras_pad=False):
         super().__init__()
@@ -143,7 +143,7 @@ def test_quantized_cnn_against_onnxruntime(make, reduce_range, ort_int8, tmp_pat
     assert "uint8[" in str(report)  # the report shows the integer convs
 
 
-# -- ONNX's own quantized operators, and the pads of issue #17, one op each
+# -- ONNX's own quantized operators, and the pads before them, one op each
 def _onnx_model(nodes, inputs, outputs, initializers, opset=13) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "m", inputs, outputs, [numpy_helper.from_array(a, n) for n, a in initializers])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

@@ -1,4 +1,4 @@
-"""Remote devices through TVM's RPC tracker (issue 76): a tracker and two servers of one key on
+"""Remote devices through TVM's RPC tracker: a tracker and two servers of one key on
 127.0.0.1, started once for the module; load, run, bench and tune through them; one server
 killed in the middle of a tune, which finishes on the other.
 
