@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tests import torchvision_shim
 from tests.models import zoo
 
 SIZE = 64  # input height and width
@@ -73,7 +74,9 @@ def perturb_weights(model: nn.Module) -> None:
 
 
 def _build(config_name: str, model_name: str, perturb: bool = True, **config) -> nn.Module:
-    """transformers.model_name(transformers.config_name(**config)), random weights (seed 0)."""
+    """transformers.model_name(transformers.config_name(**config)), random weights (seed 0).
+    transformers' vision and audio models import torchvision: its shim goes first."""
+    torchvision_shim.install()
     import transformers
 
     torch.manual_seed(0)
