@@ -213,6 +213,7 @@ def max_rel_error(outputs: list[np.ndarray], reference: list[np.ndarray]) -> flo
 # --- the contenders --------------------------------------------------------------------
 
 
+@functools.cache
 def accel_sources(root: str) -> str:
     """A digest of the accel code under `root` (its accel_target, topi_accel and strategy)."""
     files = []

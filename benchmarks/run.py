@@ -37,11 +37,13 @@ import subprocess
 import sys
 import tempfile
 
+import contenders  # benchmarks/, beside this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 INI = os.path.join(HERE, "pytest.ini")
-ALL = ("accel", "tvm", "torch", "inductor", "accel-dynamo", "onnxruntime")
+ALL = contenders.CONTENDERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +255,6 @@ def command_line(argv: list[str]) -> str:
 def environment(args, facts: dict, host: dict) -> tuple[dict, dict | None]:
     """The contenders' environment (threads; AVX2 switches where accel is built for AVX2 on a
     wider host) and what was held (None: nothing)."""
-    import contenders
 
     env = {**os.environ, **contenders.threads_env(args.threads)}
     held = None
@@ -279,7 +280,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="the results file (default results/<isa>/<suite>.json)")
     parser.add_argument("--keep-raw", metavar="DIR", help="keep each process's JSON and the logs in DIR")
     args = parser.parse_args(argv)
-    import contenders
 
     suite = SUITES[args.ab_suite if args.suite == "ab" else args.suite]
     args.rounds = args.rounds or (20 if args.suite == "ab" else 10)

@@ -82,6 +82,6 @@ def num_inputs(func: relax.Function) -> int:
 
 def with_function(mod: tvm.IRModule, name, func) -> tvm.IRModule:
     """A copy of `mod` with `func` as `name` (a string or GlobalVar; `mod` itself is left as it is)."""
-    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    out = mod.clone()
     out[name] = func
     return out

@@ -62,13 +62,11 @@ def _inputs_of(mod) -> list[dict]:
     return [{"name": p.name, "shape": static_shape(p), "dtype": str(p.ty.dtype)} for p in mod["main"].params]
 
 
-def _load(path: str, input_layout: str | None):
+def _load(path: str):
     from .. import frontends
-    from ..passes.io_layouts import convert_input_layout
 
     _progress(f"importing {path}")
-    mod = frontends.load_model(path)
-    return mod, _inputs_of(convert_input_layout(mod, input_layout))
+    return frontends.load_model(path)
 
 
 def _target(args):
@@ -119,7 +117,7 @@ def cmd_compile(args) -> int:
     from ..runtime.deploy import save
     from ..runtime.signature import executable_inputs, symbolic_dims
 
-    mod, _ = _load(args.model, args.input_layout)
+    mod = _load(args.model)
     executable = _build(mod, args, args.tuning_db, _target(args))
     meta = {
         "model": os.path.abspath(args.model),
@@ -184,7 +182,7 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     from ..compiler import report
 
-    mod, _ = _load(args.model, args.input_layout)
+    mod = _load(args.model)
     rep = report(_build(mod, args))
     print(rep.to_json() if args.json else rep)
     return 0
@@ -194,7 +192,7 @@ def cmd_tune(args) -> int:
     from .tuner import tune
 
     device = _remote(args)
-    mod, _ = _load(args.model, args.input_layout)
+    mod = _load(args.model)
     _progress(f"tuning every accel conv2d (up to {args.limit or 'all'} candidates each) into {args.db}")
     db = tune(
         mod,
@@ -224,7 +222,8 @@ def cmd_bench(args) -> int:
     from . import bench
 
     device = _remote(args)
-    mod, inputs = _load(args.model, None)
+    mod = _load(args.model)
+    inputs = _inputs_of(mod)
     contenders = [c.strip() for c in args.vs.split(",") if c.strip()]
     options = {"progress": _progress, "tuning_db": args.tuning_db}
     if device is None:
