@@ -1,16 +1,27 @@
-"""FastMath: GELU and softmax on float32 with TVM's vectorizable fast_erf / fast_exp."""
+"""FastMath: GELU, softmax, sigmoid, SiLU and tanh on float32 with TVM's vectorizable
+fast_erf / fast_exp / fast_tanh."""
 
 from __future__ import annotations
 
 import tvm
-from tvm import relax, topi
+from tvm import relax, te, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .relax_util import op_name, rewrite_functions
 
 GELU = "relax.nn.gelu"
 SOFTMAX = "relax.nn.softmax"
+SIGMOID = "relax.sigmoid"
+SILU = "relax.nn.silu"
+TANH = "relax.tanh"
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
+
+
+def fast_sigmoid(x: te.Tensor) -> te.Tensor:
+    """1 / (1 + exp(-x)) with topi.fast_exp (relative error ~1e-7 where the result is a
+    normal float; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
+    e = topi.fast_exp(topi.negative(x))
+    return te.compute(x.shape, lambda *i: 1.0 / (1.0 + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
 
 
 @mutator
@@ -18,9 +29,14 @@ class _FastMath(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = op_name(call)
-        if name not in (GELU, SOFTMAX) or str(call.ty.dtype) != "float32":
+        if name not in (GELU, SOFTMAX, SIGMOID, SILU, TANH) or str(call.ty.dtype) != "float32":
             return call
         x = call.args[0]
+        if name == TANH:
+            return self.builder_.call_te(topi.fast_tanh, x, primfunc_name_hint="fast_tanh")
+        if name in (SIGMOID, SILU):
+            sigmoid = self.builder_.call_te(fast_sigmoid, x, primfunc_name_hint="fast_sigmoid")
+            return sigmoid if name == SIGMOID else relax.op.multiply(x, self.builder_.emit(sigmoid))
         if name == SOFTMAX:
             return self.builder_.call_te(
                 topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax"
@@ -33,13 +49,16 @@ class _FastMath(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="FastMath")
 class FastMath:
-    """GELU and softmax of float32 tensors with TVM's vectorizable fast_erf / fast_exp
-    (topi.fast_erf, topi.nn.fast_softmax) instead of libm's scalar erff / expf.
+    """GELU, softmax, sigmoid, SiLU and tanh of float32 tensors with TVM's vectorizable
+    fast_erf / fast_exp / fast_tanh (topi.fast_erf, topi.nn.fast_softmax, topi.fast_exp,
+    topi.fast_tanh) instead of libm's scalar erff / expf / tanhf, which LLVM calls one lane
+    at a time.
 
-    GELU stays exact in form, x * (1 + erf(x / sqrt(2))) / 2 (fast_erf's max abs error is
-    3.7e-7), as elementwise ops that become the epilogue of the dense kernel before them.
-    TVM's own FastMathTransform also swaps every exp and tanh; this keeps to the two ops that
-    run over whole activations (softmax over attention scores [batch, heads, seq, seq])."""
+    These are the ops that run over whole activations, as the epilogue of the conv or dense
+    kernel before them: GELU (x * (1 + erf(x / sqrt(2))) / 2, exact in form; fast_erf's max
+    abs error is 3.7e-7), softmax over attention scores, and the sigmoid of SiLU/swish and
+    squeeze-excite gates. TVM's own FastMathTransform also swaps every exp; a plain exp keeps
+    libm's, whose overflow to inf some models rely on."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return rewrite_functions(_FastMath, mod)

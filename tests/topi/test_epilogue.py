@@ -1,5 +1,7 @@
 """Fused epilogues: every variant computed in the accel kernel's write-back, and still correct."""
 
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -69,6 +71,35 @@ def test_conv_epilogue_is_fused(kind):
     # nothing elementwise runs on its own: only the layout transforms at the model's edges and the kernels
     assert all("conv2d_nhwc_ohwi" in c or c.startswith("transpose") for c in calls), calls
     assert any(c.startswith("fused_conv2d_nhwc_ohwi") for c in calls)
+
+
+ACTIVATIONS = {
+    "silu": nn.SiLU,
+    "sigmoid": nn.Sigmoid,
+    "tanh": nn.Tanh,
+    "gelu": nn.GELU,
+    "hardswish": nn.Hardswish,
+    "leaky": lambda: nn.LeakyReLU(0.1),
+}
+LIBM = ("expf", "tanhf", "erff", "logf")  # called one lane at a time when a kernel uses them
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_epilogues_call_no_scalar_libm_function(name, tmp_path):
+    """conv -> activation, with inputs far into both tails: the activation is the conv's
+    epilogue, matches PyTorch, and the library calls none of libm's exp / tanh / erf / log
+    (which LLVM calls lane by lane: a vector epilogue is the point)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 21, 3, padding=1), ACTIVATIONS[name]()).eval()
+    x = torch.randn(1, 8, 12, 12) * 8
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    with torch.no_grad():
+        assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+    assert [c for c in accel_target.report(executable).kernels.calls if "conv2d" in c][0].startswith("fused_conv2d")
+    accel_target.save(executable, tmp_path / "model.so")
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", tmp_path / "model.so"], capture_output=True, text=True)
+    called = {line.split()[-1].split("@")[0] for line in symbols.stdout.splitlines()}
+    assert not called & set(LIBM), called
 
 
 @pytest.mark.parametrize("kind", ["bias_relu", "bn", "residual"])
