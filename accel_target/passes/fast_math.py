@@ -1,4 +1,4 @@
-"""FastMath: GELU, softmax, sigmoid, SiLU and tanh on float32 with TVM's vectorizable
+"""FastMath: GELU, softmax, sigmoid, SiLU, tanh and erf on float32 with TVM's vectorizable
 fast_erf / fast_exp / fast_tanh."""
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from .relax_util import op_name, rewrite_functions
 
 GELU = "relax.nn.gelu"
 SOFTMAX = "relax.nn.softmax"
-SIGMOID = "relax.sigmoid"
 SILU = "relax.nn.silu"
-TANH = "relax.tanh"
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 
 
@@ -24,19 +22,29 @@ def fast_sigmoid(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: 1.0 / (1.0 + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
 
 
+# an elementwise op -> its vector form (erf itself: GELU as ONNX exporters spell it out)
+ELEMENTWISE = {
+    "relax.sigmoid": (fast_sigmoid, "fast_sigmoid"),
+    "relax.tanh": (topi.fast_tanh, "fast_tanh"),
+    "relax.erf": (topi.fast_erf, "fast_erf"),
+}
+
+
 @mutator
 class _FastMath(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = op_name(call)
-        if name not in (GELU, SOFTMAX, SIGMOID, SILU, TANH) or str(call.ty.dtype) != "float32":
+        if name not in (GELU, SOFTMAX, SILU, *ELEMENTWISE) or str(call.ty.dtype) != "float32":
             return call
         x = call.args[0]
-        if name == TANH:
-            return self.builder_.call_te(topi.fast_tanh, x, primfunc_name_hint="fast_tanh")
-        if name in (SIGMOID, SILU):
-            sigmoid = self.builder_.call_te(fast_sigmoid, x, primfunc_name_hint="fast_sigmoid")
-            return sigmoid if name == SIGMOID else relax.op.multiply(x, self.builder_.emit(sigmoid))
+        if name in ELEMENTWISE:
+            compute, hint = ELEMENTWISE[name]
+            return self.builder_.call_te(compute, x, primfunc_name_hint=hint)
+        if name == SILU:
+            return relax.op.multiply(
+                x, self.builder_.emit(self.builder_.call_te(fast_sigmoid, x, primfunc_name_hint="fast_sigmoid"))
+            )
         if name == SOFTMAX:
             return self.builder_.call_te(
                 topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax"
@@ -49,14 +57,14 @@ class _FastMath(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="FastMath")
 class FastMath:
-    """GELU, softmax, sigmoid, SiLU and tanh of float32 tensors with TVM's vectorizable
+    """GELU, softmax, sigmoid, SiLU, tanh and erf of float32 tensors with TVM's vectorizable
     fast_erf / fast_exp / fast_tanh (topi.fast_erf, topi.nn.fast_softmax, topi.fast_exp,
     topi.fast_tanh) instead of libm's scalar erff / expf / tanhf, which LLVM calls one lane
     at a time.
 
     These are the ops that run over whole activations, as the epilogue of the conv or dense
     kernel before them: GELU (x * (1 + erf(x / sqrt(2))) / 2, exact in form; fast_erf's max
-    abs error is 3.7e-7), softmax over attention scores, and the sigmoid of SiLU/swish and
+    abs error is 3.7e-7), softmax over attention scores, the sigmoid of SiLU/swish and of
     squeeze-excite gates. TVM's own FastMathTransform also swaps every exp; a plain exp keeps
     libm's, whose overflow to inf some models rely on."""
 

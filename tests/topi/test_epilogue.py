@@ -73,11 +73,19 @@ def test_conv_epilogue_is_fused(kind):
     assert any(c.startswith("fused_conv2d_nhwc_ohwi") for c in calls)
 
 
+class SpeltOutGelu(nn.Module):
+    """GELU as ONNX exporters write it: x / 2 * (1 + erf(x / sqrt(2)))."""
+
+    def forward(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+
+
 ACTIVATIONS = {
     "silu": nn.SiLU,
     "sigmoid": nn.Sigmoid,
     "tanh": nn.Tanh,
     "gelu": nn.GELU,
+    "erf": SpeltOutGelu,
     "hardswish": nn.Hardswish,
     "leaky": lambda: nn.LeakyReLU(0.1),
 }
