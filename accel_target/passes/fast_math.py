@@ -16,8 +16,8 @@ SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
-    """1 / (1 + exp(-x)) with topi.fast_exp (relative error ~1e-7 where the result is a
-    normal float; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
+    """1 / (1 + exp(-x)) with topi.fast_exp (max relative error 1.2e-6, absolute 9e-8, on
+    [-30, 30]; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
     e = topi.fast_exp(topi.negative(x))
     return te.compute(x.shape, lambda *i: 1.0 / (1.0 + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
 
