@@ -303,3 +303,22 @@ def test_round_half_to_even_is_vectorized():
     out = tvm.runtime.tensor(np.zeros(64, "float32"))
     lib["main"](tvm.runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), np.rint(a))
+
+
+def test_relax_silu_is_a_vector_epilogue_of_the_conv():
+    """R.nn.silu, as a Relax program (rather than TVM's importers, which write sigmoid and
+    multiply) states it: computed in the conv's write-back, and equal to PyTorch's SiLU."""
+    x, w = rand(1, 16, 8, 8) * 4, rand(16, 16, 3, 3)
+    bb = relax.BlockBuilder()
+    data = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(data, relax.const(w), padding=1))
+            out = bb.emit_output(relax.op.nn.silu(conv))
+        bb.emit_func_output(out)
+    executable = accel_target.build(bb.get())
+    ref = nn.functional.silu(nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1))
+    assert_close(run_executable(executable, x), ref.numpy())
+    assert [c for c in accel_target.report(executable).kernels.calls if "conv2d" in c] == [
+        "fused_conv2d_nhwc_ohwi_fast_silu"
+    ]
