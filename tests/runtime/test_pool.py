@@ -168,9 +168,15 @@ def pool_stress(tmp_path_factory):
 def test_launches_interleaved_with_a_worker_reading_the_last_job_run_each_task_once(pool_stress):
     """20000 launches of one task, each followed by one of eight tasks, with
     pauses where a worker reading the last job and the caller publishing the next interleave:
-    every task runs once, with its launch's data, and every launch ends."""
-    launches, by_both = pool_stress("20000")
-    assert launches == 40000
+    every task runs once, with its launch's data, and every launch ends; run again (up to five
+    times) until the worker has taken part in 100 launches."""
+    by_both = 0
+    for _ in range(5):  # more runs where the worker got its core seldom (another process on it)
+        launches, by_both_now = pool_stress("20000")
+        assert launches == 40000
+        by_both += by_both_now
+        if by_both >= 100:
+            break
     assert by_both >= 100  # the worker took part: the interleavings were met
 
 
