@@ -42,6 +42,7 @@ from tvm.relax.backend import cpu_generic
 
 import topi_accel
 from strategy.registry import suspended
+from topi_accel.tir_passes.ranges import split_ranges
 from topi_accel.tir_passes.stacktiles import stack_register_tiles
 
 from .declines import attempt, decline, keep, provisional_declines
@@ -373,22 +374,28 @@ def get_pipeline() -> tvm.transform.Pass:
     return _pipeline
 
 
-@tvm.tirx.transform.prim_func_pass(opt_level=0, name="StackRegisterTiles")
-def stack_tiles(func: tvm.tirx.PrimFunc, _mod, _ctx) -> tvm.tirx.PrimFunc:
-    """topi_accel.tir_passes.stacktiles on a function built for an accel target (keys of its
-    "target" attribute); one it fails on stays as it was (declined)."""
-    if not is_accel((func.attrs or {}).get("target")):
-        return func
-    name = str((func.attrs or {}).get("global_symbol", "a kernel"))
-    return attempt("StackRegisterTiles", name, stack_register_tiles, func) or func
+def lowered_step(name: str, rewrite) -> tvm.transform.Pass:
+    """A TIR pass applying rewrite(func) -> func or None to each lowered function built for an
+    accel target (keys of its "target" attribute); one it fails on stays as it was (declined)."""
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name=name)
+    def _step(func: tvm.tirx.PrimFunc, _mod, _ctx) -> tvm.tirx.PrimFunc:
+        if not is_accel((func.attrs or {}).get("target")):
+            return func
+        return attempt(name, str((func.attrs or {}).get("global_symbol", "a kernel")), rewrite, func) or func
+
+    return _step
 
 
 def tir_pipeline(**kwargs):
-    """TVM's TIR pipeline for CPUs with `stack_tiles` after its lowering, where the register
-    tiles' allocations are final and not yet taken from the workspace pool (registered as the
-    TIR pipeline "accel")."""
+    """TVM's TIR pipeline for CPUs, then two steps on the lowered functions: loops that pick
+    an operand by their index split into ranges (topi_accel.tir_passes.ranges), and register
+    tiles kept on the stack (topi_accel.tir_passes.stacktiles: after TVM's lowering, where the
+    tiles' allocations are final and not yet taken from the workspace pool); registered as the
+    TIR pipeline "accel"."""
     lowering, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir", **kwargs)
-    return tvm.transform.Sequential([lowering, stack_tiles], name="accel"), finalize_host, finalize_device
+    steps = [lowered_step("SplitRanges", split_ranges), lowered_step("StackRegisterTiles", stack_register_tiles)]
+    return tvm.transform.Sequential([lowering, *steps], name="accel"), finalize_host, finalize_device
 
 
 def register() -> None:

@@ -62,8 +62,9 @@ def test_only_local_buffers_of_a_tiles_size_are_marked():
 
 
 def test_the_pass_leaves_other_targets_alone():
-    from accel_target.pipeline import stack_tiles
+    from accel_target.pipeline import lowered_step
 
+    stack_tiles = lowered_step("StackRegisterTiles", stacktiles.stack_register_tiles)
     tile = tirx.decl_buffer((16,), "float32", "tile", scope="local")
     func = _allocations(tile)
     for target, expected in (("llvm", False), (tvm.target.Target("accel"), True)):
