@@ -255,7 +255,6 @@ def command_line(argv: list[str]) -> str:
 def environment(args, facts: dict, host: dict) -> tuple[dict, dict | None]:
     """The contenders' environment (threads; AVX2 switches where accel is built for AVX2 on a
     wider host) and what was held (None: nothing)."""
-
     env = {**os.environ, **contenders.threads_env(args.threads)}
     held = None
     if args.mcpu and facts["isa"] != host_isa(host["flags"]):
@@ -280,7 +279,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="the results file (default results/<isa>/<suite>.json)")
     parser.add_argument("--keep-raw", metavar="DIR", help="keep each process's JSON and the logs in DIR")
     args = parser.parse_args(argv)
-
     suite = SUITES[args.ab_suite if args.suite == "ab" else args.suite]
     args.rounds = args.rounds or (20 if args.suite == "ab" else 10)
     args.calls = args.calls or suite.calls

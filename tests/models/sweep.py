@@ -29,11 +29,8 @@ def _one(name: str) -> dict:
     import torch
 
     import accel_target
-    from tests import torchvision_shim
     from tests.helpers import run_executable
     from tests.models.sweep_models import MODELS
-
-    torchvision_shim.install()  # as tests/conftest.py does: transformers' vision models import torchvision
 
     found: dict = {"name": name, "step": "model"}
     try:

@@ -25,14 +25,20 @@ from tvm import tirx
 from .blocks import substitute
 
 IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+# a comparison -> (its form with the variable on the left, the constant's shift; the same with
+# the variable on the right): `var <= c` is ("lt", c + 1), `c <= var` is ("ge", c)
+COMPARISONS = {
+    tirx.LT: ("lt", 0, "ge", 1),
+    tirx.LE: ("lt", 1, "ge", 0),
+    tirx.GT: ("ge", 1, "lt", 0),
+    tirx.GE: ("ge", 0, "lt", 1),
+}
 
 
 def _test(cond, var) -> tuple[str, int] | None:
     """`cond` as ("ge", c) for ``var >= c`` or ("lt", c) for ``var < c``; None if it is not a
     comparison of `var` with an integer constant."""
-    kinds = {tirx.LT: ("lt", 0, "ge", 1), tirx.LE: ("lt", 1, "ge", 0), tirx.GT: ("ge", 1, "lt", 0)}
-    kinds[tirx.GE] = ("ge", 0, "lt", 1)
-    entry = kinds.get(type(cond))
+    entry = COMPARISONS.get(type(cond))
     if entry is None:
         return None
     var_left, shift_left, var_right, shift_right = entry
