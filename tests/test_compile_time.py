@@ -124,6 +124,20 @@ def test_a_kernel_compiled_in_a_part_has_the_code_of_the_whole_module(model):
     assert whole == split and sum(whole.values()) >= len(host.functions)
 
 
+def test_kernels_leave_checking_their_arguments_to_the_vm(model):
+    """main checks its inputs (dtype, rank, shape) on entry and hands its kernels only tensors
+    it checked or made: the kernels' wrappers keep none of TVM's argument checks (each an
+    assert, all outside the compute scope; tests/models/test_model_errors.py has the errors)."""
+    target = tvm.target.Target("accel")
+    lowered = _lowered(model[0])
+    assert codegen.vm_checks_every_parameter(lowered)
+    _, kernels = tvm_private.vm_codegen(lowered)
+    checked = codegen.lower_kernels(kernels, target).functions.values()
+    unchecked = codegen.lower_kernels(kernels, target, argument_checks=False).functions.values()
+    assert all("assert " in f.script() for f in checked)
+    assert not any("assert " in f.script() for f in unchecked)
+
+
 @pytest.mark.parametrize("jobs", [0, -1, 1.5])
 def test_jobs_must_be_a_positive_count(jobs):
     with pytest.raises(ValueError, match="jobs"):

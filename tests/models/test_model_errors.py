@@ -63,6 +63,36 @@ def test_wrong_input_shape_at_run_time():
     assert "R.Tensor((1, 3, 32, 32)" in message and "30 vs. 32" in message
 
 
+@pytest.mark.parametrize(
+    "array,words",
+    [
+        (np.zeros((1, 3, 32, 32), "float64"), "expect Tensor with dtype float32 but get float64"),
+        (np.zeros((3, 32, 32), "float32"), "expect Tensor with ndim 4 but get 3"),
+    ],
+)
+def test_wrong_input_dtype_or_rank_at_run_time(array, words):
+    """The VM checks the model's inputs at main's entry (its kernels skip checking again)."""
+    model, x, _ = make("residual_cnn")
+    vm = relax.VirtualMachine(accel_target.build(accel_target.from_torch(model, (x,))), tvm.cpu())
+    with pytest.raises(ValueError, match=words):
+        vm["main"](tvm.runtime.tensor(array))
+
+
+def test_weights_passed_at_run_time_are_checked():
+    """main's weight parameters (after its "num_input") are not checked by the VM: the kernels
+    keep their checks of their arguments, and a weight of the wrong shape is an error."""
+    model, x, _ = make("mlp")
+    mod, params = accel_target.from_torch(model, (x,), keep_params_as_input=True)
+    vm = relax.VirtualMachine(accel_target.build(mod), tvm.cpu())
+    weights = [tvm.runtime.tensor(w) for w in params.values()]
+    data = tvm.runtime.tensor(x.numpy())
+    np.testing.assert_allclose(vm["main"](data, *weights).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    first = next(iter(params.values()))
+    wrong = tvm.runtime.tensor(np.zeros((first.shape[0] + 1, *first.shape[1:]), first.dtype))
+    with pytest.raises(ValueError, match="shape"):
+        vm["main"](data, wrong, *weights[1:])
+
+
 def test_input_layout_that_does_not_fit_the_model():
     model, x, _ = make("mlp")
     mod = accel_target.from_torch(model, (x,))
