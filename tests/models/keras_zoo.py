@@ -45,6 +45,7 @@ KERAS = {
     "ResNet50": KerasApp("CNN: bottlenecks, batch norm folded into the convs"),
     "DenseNet121": KerasApp("CNN: dense blocks (concatenations), batch norm as Mul/Add"),
     "ConvNeXtTiny": KerasApp("CNN: depthwise 7x7, layer norm and MLP over NHWC", raw_pixels=True),
+    "NASNetMobile": KerasApp("CNN: searched cells of separable convs, pools and concatenations"),
 }
 
 

@@ -74,6 +74,19 @@ def _squeeze(x, axes=None):
     return x
 
 
+def _slice(x, starts, ends, axes=None, steps=None):
+    """Python's slicing is ONNX's for positive steps (ends past the axis clamp, negative
+    indices count from its end)."""
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if any(step <= 0 for step in steps):
+        raise NotImplementedError(f"onnx_in_torch: Slice steps={steps}")
+    index = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis % x.ndim] = slice(start, end, step)
+    return x[tuple(index)]
+
+
 def _global_average_pool(x):
     return x.mean(dim=tuple(range(2, x.ndim)), keepdim=True)
 
@@ -103,6 +116,7 @@ OPS = {
     "ReduceMean": _reduce_mean,
     "Pad": _pad,
     "Concat": lambda *xs, axis: torch.cat(xs, axis),
+    "Slice": _slice,
     "Transpose": lambda x, *, perm: x.permute(*perm),
     "Reshape": _reshape,
     "Squeeze": _squeeze,
