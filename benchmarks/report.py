@@ -102,10 +102,12 @@ def speedup_table(data: dict) -> str:
     labels = data["contenders"]
     base = "accel" if "accel" in labels else labels[0]
     others = [label for label in labels if label != base]
+    builds = {case: e.get(base, {}).get("info", {}).get("build_s") for case, e in data["results"].items()}
+    timed_builds = any(b is not None for b in builds.values())
     rows = [
         f"| {_first_column(data)} | " + " | ".join(f"{_name(c)} ms" for c in labels) + " | "
-        + " | ".join(f"vs {_name(c)}" for c in others) + " |",
-        "|---" + "|---:" * (len(labels) + len(others)) + "|",
+        + " | ".join(f"vs {_name(c)}" for c in others) + " |" + f" {_name(base)} build s |" * timed_builds,
+        "|---" + "|---:" * (len(labels) + len(others) + timed_builds) + "|",
     ]  # fmt: skip
     speedups: dict[str, list[float]] = {c: [] for c in others}
     for case, entries in data["results"].items():
@@ -117,15 +119,19 @@ def speedup_table(data: dict) -> str:
             if ratios:
                 speedups[other].append(statistics.median(ratios))
             cells.append(_ratio(ratios))
+        if timed_builds:
+            cells.append("" if builds[case] is None else f"{builds[case]:.1f}")
         rows.append(f"| {case} | " + " | ".join([_cell(entries.get(c, {})) for c in labels] + cells) + " |")
     if len(data["results"]) > 2 and any(speedups.values()):
         means = [f"{math.exp(statistics.fmean(map(math.log, s))):.2f}x" if s else "" for s in speedups.values()]
-        rows.append("| " + " | ".join(["geometric mean", *[""] * len(labels), *means]) + " |")
+        rows.append("| " + " | ".join(["geometric mean", *[""] * len(labels), *means, *[""] * timed_builds]) + " |")
     legend = (
         f"ms: the median over rounds of each round's median. vs X: X's time / {_name(base)}'s in the same "
         "round, the median over rounds (lowest-highest round in brackets); above 1: "
         f"{_name(base)} is faster."
     )
+    if timed_builds:
+        legend += f" build s: {_name(base)}'s import and build, in seconds (blank: loaded from the run's cache)."
     return "\n".join(rows) + "\n\n" + legend
 
 
