@@ -33,6 +33,8 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
+from .tir_passes.blocks import inlining_stays_small
+
 # PrimFunc attribute and block annotation: the implementation ("<compute>.<key>") that made the kernel
 IMPL = "accel.impl"
 
@@ -132,7 +134,8 @@ def _inline_intermediates(sch: s_tir.Schedule, outputs: list) -> None:
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         if sch.get(block).name_hint in stages:
             continue
-        if not all(reads_elementwise(sch, c, block) for c in sch.get_consumers(block)):
+        consumers = sch.get_consumers(block)
+        if not all(reads_elementwise(sch, c, block) and inlining_stays_small(sch, block, c) for c in consumers):
             continue
         try:
             sch.compute_inline(block)
@@ -156,6 +159,8 @@ def _inline_chain(func: tirx.PrimFunc, check: bool) -> tuple[tirx.PrimFunc | Non
     inlined, refused = 0, False
     for block in outputs:
         while len(consumers := sch.get_consumers(block)) == 1 and reads_elementwise(sch, consumers[0], block):
+            if not inlining_stays_small(sch, block, consumers[0]):
+                break  # it stays a loop nest of its own
             try:
                 sch.reverse_compute_inline(consumers[0])
             except ScheduleError:  # it stays a loop nest of its own

@@ -32,6 +32,7 @@ from tvm.target import Target
 
 from .knobs import cpu_knobs, largest_divisor
 from .symbolic import REPRESENTATIVE_ROWS
+from .tir_passes.blocks import inlining_stays_small
 from .tir_passes.reductions import vector_lanes
 
 # below this many iterations of work a parallel region costs more than it saves
@@ -168,7 +169,8 @@ def _moved_under(sch: s_tir.Schedule, consumer, at) -> bool:
 def _inline_elementwise(sch: s_tir.Schedule) -> bool:
     """Inline every top-level block without a reduction whose one consumer runs over at most
     twice its elements (an elementwise step, a transpose; not a broadcast, which would
-    recompute it per element of the larger output) into that consumer; whether any was. A pad
+    recompute it per element of the larger output) into that consumer, unless that copies a
+    large expression (`inlining_stays_small`); whether any was. A pad
     is left to `_parallel_loops`, which inlines it into its consumer after choosing how that
     runs (a pooling window: over the channels, not row by row)."""
     changed = False
@@ -179,6 +181,8 @@ def _inline_elementwise(sch: s_tir.Schedule) -> bool:
         if _is_pad(sch.get(block)):
             continue
         if _extent(sch, sch.get_loops(consumers[0])) > 2 * _extent(sch, sch.get_loops(block)):
+            continue
+        if not inlining_stays_small(sch, block, consumers[0]):
             continue
         try:
             sch.compute_inline(block)

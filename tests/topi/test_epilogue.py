@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 import torch
 import tvm
+import tvm_ffi
 from torch import nn
 from tvm import relax, s_tir
 
 import accel_target
 from tests.helpers import assert_close, rand, run_executable, single_op_module
 from topi_accel import epilogue
+from topi_accel.tir_passes import blocks
 
 
 class ConvEpilogue(nn.Module):
@@ -322,3 +324,43 @@ def test_relax_silu_is_a_vector_epilogue_of_the_conv():
     assert [c for c in accel_target.report(executable).kernels.calls if "conv2d" in c] == [
         "fused_conv2d_nhwc_ohwi_fast_silu"
     ]
+
+
+class ReusingChain(nn.Module):
+    """Three sigmoids of a scaled and shifted input, each reading it 18 times (TVM's fast_exp),
+    after a conv or not."""
+
+    def __init__(self, conv: bool):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 1) if conv else nn.Identity()
+
+    def forward(self, x):
+        x = self.conv(x)
+        for _ in range(3):
+            x = torch.sigmoid(x * 1.5 + 0.5)
+        return x
+
+
+def _largest_value(func: tvm.tirx.PrimFunc) -> int:
+    """Nodes of the largest value a store of `func` writes, counted as a tree (capped)."""
+    sizes = []
+
+    def visit(store):
+        sizes.append(blocks._value_size(store.value, None))
+        return store
+
+    tvm_ffi.structural_map(func.body, (tvm.tirx.BufferStore, visit), order="post")
+    return max(float("inf") if s is None else s[0] for s in sizes)
+
+
+@pytest.mark.parametrize("conv", [False, True], ids=["alone", "after_conv"])
+def test_inlining_a_chain_that_rereads_its_input_stays_small(conv):
+    """Each step read several times would copy its whole expression per read if inlined: the
+    fused kernel keeps an intermediate where a copy would pass blocks.MAX_INLINED_NODES (a
+    fourth sigmoid took TVM's passes a minute), and computes what PyTorch does."""
+    torch.manual_seed(0)
+    model, x = ReusingChain(conv).eval(), torch.randn(1, 8, 16, 16)
+    mod = accel_target.from_torch(model, (x,))
+    assert_close(run_executable(accel_target.build(mod), x.numpy()), model(x).detach().numpy())
+    kernels = [f for f in accel_target.optimize(mod).functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert max(_largest_value(f) for f in kernels) <= blocks.MAX_INLINED_NODES

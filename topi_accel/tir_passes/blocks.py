@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
+
+# Expression nodes a block's value may reach by inlining a block it reads more than once: each
+# read gets a copy of that block's expression, so a chain of such inlines grows exponentially
+# and stalls TVM's passes (TVM's fast_exp reads its input 18 times: a sigmoid of a biased conv
+# is ~700 nodes, of another sigmoid ~6000; eight steps of x * x + x or sigmoid took a minute).
+# A block read once per element is always inlined.
+MAX_INLINED_NODES = 4096
 
 
 def substitute(node, mapping: dict):
@@ -30,6 +38,45 @@ def root_replaced(func: tirx.PrimFunc, **fields) -> s_tir.SBlockRealize:
     values = {name: fields.get(name, getattr(root, name)) for name in names}
     block = s_tir.SBlock(*values.values(), annotations=root.annotations)
     return s_tir.SBlockRealize(realize.iter_values, realize.predicate, block)
+
+
+def _value_size(expr, buffer) -> tuple[int, int] | None:
+    """(nodes of `expr`, loads of `buffer` in it), counted as a tree; None beyond
+    2 * MAX_INLINED_NODES nodes."""
+    nodes, loads = [0], [0]
+
+    def visit(node):
+        nodes[0] += 1
+        if nodes[0] > 2 * MAX_INLINED_NODES:
+            raise OverflowError
+        if buffer is not None and getattr(node, "source", None) is not None and node.source.same_as(buffer):
+            loads[0] += isinstance(node, tvm.ir.expr.TensorLoad)
+        return node
+
+    try:
+        tvm_ffi.structural_map(expr, (object, visit), order="pre")
+    except Exception:  # noqa: BLE001 - the visitor's OverflowError, as TVM's FFI re-raises it
+        if nodes[0] <= 2 * MAX_INLINED_NODES:
+            raise
+        return None
+    return nodes[0], loads[0]
+
+
+def inlining_stays_small(sch: s_tir.Schedule, producer, consumer) -> bool:
+    """Whether inlining block `producer` into block `consumer` (compute_inline), or `consumer`
+    into `producer` (reverse_compute_inline), leaves the consumer's value within
+    MAX_INLINED_NODES nodes where it reads the producer's output more than once."""
+    made, used = sch.get(producer), sch.get(consumer)
+    if not (isinstance(made.body, tirx.BufferStore) and isinstance(used.body, tirx.BufferStore)):
+        return True  # not an elementwise step's store: as TVM inlines it
+    counted = _value_size(used.body.value, made.body.buffer)
+    if counted is None:
+        return False
+    size, reads = counted
+    if reads <= 1:
+        return True
+    own = _value_size(made.body.value, None)
+    return own is not None and size + reads * own[0] <= MAX_INLINED_NODES
 
 
 def fresh_iter_vars(iter_vars, *nodes):
