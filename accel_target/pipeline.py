@@ -49,7 +49,7 @@ from .declines import attempt, decline, keep, provisional_declines
 from .passes.constants import BindConstantSizes, EmptyConstantsAtRunTime, ShareConstants
 from .passes.fast_math import FastMath
 from .passes.fold_numpy import FoldConstantNumpy
-from .passes.fold_subgraphs import fold_constant_subgraphs
+from .passes.fold_subgraphs import fold_constant_subgraphs, fold_what_is_left
 from .passes.indexing import check_indexing
 from .passes.inplace import write_in_place
 from .passes.microbatch import micro_batch
@@ -131,9 +131,10 @@ def graph_passes() -> list[tvm.transform.Pass]:
             FoldConstantNumpy(),
             # what numpy does not fold, in one build (accel_target/folding.py)
             fold_constant_subgraphs,
-            # what is left; once: it compiles a kernel for every call it checks (running it
-            # after each numpy folding, too, changed no model's result)
-            relax.transform.FoldConstant(),
+            # what is left, by TVM's FoldConstant where anything is; once: it compiles a kernel
+            # for every call it checks (running it after each numpy folding, too, changed no
+            # model's result)
+            fold_what_is_left,
             SimplifyLayouts(),
             FoldConstantNumpy(),
             relax.transform.OptimizeLayoutTransform(),

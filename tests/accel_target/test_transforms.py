@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, te, topi
 
 import accel_target
+import strategy
 import topi_accel
 from accel_target.passes.fold_numpy import FoldConstantNumpy
-from accel_target.passes.fold_subgraphs import fold_constant_subgraphs
+from accel_target.passes.fold_subgraphs import fold_constant_subgraphs, fold_what_is_left
 from accel_target.passes.io_layouts import convert_input_layout
 from accel_target.passes.pad_as_conv import PadAsConv
 from accel_target.passes.simplify_layouts import SimplifyLayouts
@@ -30,6 +32,10 @@ from tests.helpers import (
     runs_here,
     single_op_module,
 )
+
+
+def _bindings(mod) -> int:
+    return sum(len(block.bindings) for block in mod["main"].body.blocks)
 
 
 def _ops(mod):
@@ -242,6 +248,36 @@ def test_values_of_constants_alone_fold_in_one_build(monkeypatch):
     x = rand(8)
     index = np.concatenate([rows, rows[::-1]]).reshape(8)
     assert_close(run_relax(folded, [x], target="llvm"), x + table[np.where(index < 0, index + 4, index)].sum(1))
+
+
+def test_what_is_left_to_fold_is_folded_by_tvm():
+    """A value of constants alone that neither numpy nor the one build folded (a softmax of a
+    weight) goes to TVM's FoldConstant."""
+    weight = rand(4, 3)
+    mod = single_op_module(lambda x, w: relax.op.matmul(x, relax.op.nn.softmax(w)), {"x": rand(2, 4)}, {"w": weight})
+    folded = fold_what_is_left(mod)
+    assert _ops(folded) == ["relax.matmul"]
+    x = rand(2, 4)
+    soft = np.exp(weight) / np.exp(weight).sum(-1, keepdims=True)
+    assert_close(run_relax(folded, [x], target="llvm"), x @ soft)
+
+
+def test_where_nothing_is_left_to_fold_constants_are_put_where_they_are_read():
+    """The graph of a CNN after the numpy folding (its weights bound to variables): the result
+    is TVM's FoldConstant's, without legalizing every op to find nothing to fold."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.SiLU(), torch.nn.Conv2d(8, 4, 1)
+    ).eval()
+    mod = accel_target.from_torch(model, (torch.randn(1, 3, 8, 8),))
+    passes = graph_passes()
+    names = [p.info.name for p in passes]
+    at = names.index("ContainedFoldConstant")
+    with tvm.target.Target("accel"), strategy.registry.suspended():
+        before = tvm.transform.Sequential(passes[:at])(mod)
+        expected = relax.transform.FoldConstant()(before)
+    assert calls_of(before, ["relax.nn.conv2d"]) and _bindings(before) > _bindings(expected)
+    assert tvm_ffi.structural_equal(fold_what_is_left(before), expected, map_free_vars=True)
 
 
 @pytest.mark.parametrize("dims", [1, 2])
