@@ -72,7 +72,7 @@ def compile_executable(mod: tvm.IRModule, target: tvm.target.Target, jobs: int |
     with tempfile.TemporaryDirectory(prefix="accel_codegen_") as scratch:
         parts = split(kernels, 1 if jobs == 1 else jobs * PARTS_PER_JOB)
         libraries = emit_objects(parts, target, jobs, scratch, argument_checks=checks)
-    carrier = llvm_module(lower_kernels(tvm.IRModule({}, attrs=kernels.attrs), target), target)
+    carrier = llvm_module(tvm.IRModule({}, attrs=kernels.attrs), target)
     params = dict(attrs.get("const_name_to_constant", {}))
     return tvm_private.vm_link(builder, target, [carrier, *libraries], params)
 

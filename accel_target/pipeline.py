@@ -73,7 +73,8 @@ DESIRED_LAYOUTS = {
     "relax.nn.conv1d_transpose": ["NCW", "IOW"],
 }
 _CONVERTING = contextvars.ContextVar("accel_convert_layout", default=True)
-# the contained steps run without checking their module, where a phase checks its result
+# the names of the contained steps that ran without checking their module, where a phase
+# checks its result (None: each step checks its own)
 _UNCHECKED: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_unchecked_steps", default=None)
 
 
@@ -195,10 +196,10 @@ _FUSION: contextvars.ContextVar[list | None] = contextvars.ContextVar("accel_fus
 
 @tvm.transform.module_pass(opt_level=0, name="NoteFusion")
 def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Between FuseOps and FuseTIR: put the group functions FuseOps made in the open
-    `noting_fusion` log, once per call (identical groups share one function), in the order
-    the functions that are not groups call them, for the report (reporting.fused_into);
-    changes nothing."""
+    """Between FuseOps and FuseTIR: make the open `noting_fusion` log the group functions
+    FuseOps made, once per call (identical groups share one function), in the order the
+    functions that are not groups call them, for the report (reporting.fused_into); a phase
+    run again notes them anew. Changes nothing."""
     log = _FUSION.get()
     if log is not None:
         groups = {
@@ -206,14 +207,14 @@ def note_fusion(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             for gv, func in mod.functions.items()
             if isinstance(func, relax.Function) and func.attrs is not None and "Primitive" in func.attrs
         }
-        for gv, func in mod.functions.items():
-            if isinstance(func, relax.Function) and gv not in groups:
-                log.extend(
-                    groups[binding.value.op]
-                    for block in func.body.blocks
-                    for binding in block.bindings
-                    if isinstance(binding.value, relax.Call) and binding.value.op in groups
-                )
+        log[:] = [
+            groups[binding.value.op]
+            for gv, func in mod.functions.items()
+            if isinstance(func, relax.Function) and gv not in groups
+            for block in func.body.blocks
+            for binding in block.bindings
+            if isinstance(binding.value, relax.Call) and binding.value.op in groups
+        ]
     return mod
 
 
@@ -357,8 +358,6 @@ def _run_phase(phase: Phase, target: tvm.target.Target, mod: tvm.IRModule) -> tv
         with target, suspended() if phase.suspend_strategies else contextlib.nullcontext():
             return tvm.transform.Sequential(phase.passes(target))(mod)
 
-    fusion = _FUSION.get()
-    noted = 0 if fusion is None else len(fusion)
     unchecked: list = []
     token = _UNCHECKED.set(unchecked)
     try:
@@ -367,8 +366,6 @@ def _run_phase(phase: Phase, target: tvm.target.Target, mod: tvm.IRModule) -> tv
     finally:
         _UNCHECKED.reset(token)
     if unchecked and not _well_formed(new):
-        if fusion is not None:
-            del fusion[noted:]  # the run again notes the fusion anew
         return run()
     keep(declines)
     return new
