@@ -15,6 +15,7 @@ from strategy import strict as strict_mode
 
 from .codegen import compile_executable
 from .declines import recording_declines
+from .passes.fold_views import noting_folds
 from .passes.io_layouts import convert_input_layout, convert_output_layout
 from .pipeline import noting_fusion, run_phases
 from .reporting import Report, module_kernels, runtime_kernels
@@ -67,11 +68,11 @@ def _optimize(mod, params, target, input_layout, output_layout, tuning_db):
     with recording_declines() as declines:
         with target:
             prepared = _prepare(mod, params, input_layout, output_layout)
-        with topi_accel.tuning.using(db), noting_fusion() as groups:
+        with topi_accel.tuning.using(db), noting_fusion() as groups, noting_folds() as folds:
             done = run_phases(prepared, target, "graph", "kernels")
     if any(d.step == "FuseOps" for d in declines):  # declined: the module was left unfused
         groups = []
-    return done["kernels"], Report.of_modules(done["graph"], done["legalize"], groups, declines)
+    return done["kernels"], Report.of_modules(done["graph"], done["legalize"], groups, declines, folds)
 
 
 def optimize(

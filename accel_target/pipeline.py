@@ -50,6 +50,7 @@ from .passes.constants import BindConstantSizes, EmptyConstantsAtRunTime, ShareC
 from .passes.fast_math import FastMath
 from .passes.fold_numpy import FoldConstantNumpy
 from .passes.fold_subgraphs import fold_constant_subgraphs, fold_what_is_left
+from .passes.fold_views import fold_views
 from .passes.indexing import check_indexing
 from .passes.inplace import write_in_place
 from .passes.microbatch import micro_batch
@@ -233,6 +234,7 @@ def legalize_passes() -> list[tvm.transform.Pass]:
     the next one, or TVM's)."""
     return [
         *cpu_generic.pipeline.library_dispatch_passes(None),  # sort, scan first
+        contained(fold_views),  # batch matmuls with their operands' views (passes/fold_views.py)
         relax.transform.LegalizeOps(),
         contained(ShareConstants()),  # a weight packed once per call that reads it is one weight
     ]

@@ -319,18 +319,30 @@ class Report:
 
     @staticmethod
     def of_modules(
-        graph: tvm.IRModule, legalized: tvm.IRModule, groups: Sequence = (), declines: Sequence[Decline] = ()
+        graph: tvm.IRModule,
+        legalized: tvm.IRModule,
+        groups: Sequence = (),
+        declines: Sequence[Decline] = (),
+        folds: dict | None = None,
     ) -> Report:
         """The rows of `graph`'s main (after the graph passes), with what each op got in
         `legalized` (after LegalizeOps), and the accel kernel it was fused into by the
-        fusion `groups` (see `fused_into`)."""
+        fusion `groups` (see `fused_into`) or by FoldViews (`folds`: its log, see
+        accel_target.passes.fold_views)."""
         ops = op_bindings(graph)
         segmented = segments([var for var, *_ in ops], legalized)
         decided = decisions(segmented, legalized)
         hosts = fused_into(segmented, legalized, groups)
+        taken_in = {}  # a layout op that a matmul's kernel reads or writes in place -> its implementation
+        for host, (matmul, members) in (folds or {}).items():
+            if host in decided:  # the matmul's kernel, bound where its result's permute was
+                decided[matmul] = decided[host]
+                taken_in.update((var, decided[host][0]) for var in members)
         rows = []
         for var, op, inputs, layouts in ops:
-            if var in decided:
+            if var in taken_in:
+                rows.append(OpRow(op, inputs, layouts, FUSED, f"fused into {taken_in[var]}"))
+            elif var in decided:
                 impl, reason, skipped = decided[var]
                 kind = ACCEL if impl is not None else FALLBACK_KIND
                 rows.append(OpRow(op, inputs, layouts, kind, impl or "TVM", reason, skipped))

@@ -10,10 +10,12 @@ time (the kernel strategy.strassen runs Strassen's seven products on).
 
 from __future__ import annotations
 
+import contextvars
 import math
+from dataclasses import dataclass
 
 import tvm
-from tvm import relax
+from tvm import relax, te
 
 import topi_accel
 
@@ -118,19 +120,80 @@ def batch_matmul_condition(call: relax.Call) -> str | None:
     return dtype_reason(call, SUPPORTED_DTYPES)
 
 
+@dataclass
+class MatmulViews:
+    """What accel_target's FoldViews asks of one batch matmul's legalization: an operand read
+    through layout ops from another tensor, as (source, steps of topi_accel.views.View), and
+    the result written with its axes permuted, as (batch axes, permutation). `permuted`:
+    whether the kernel made writes its result so (an operand's view it may decline)."""
+
+    a: tuple | None = None
+    b: tuple | None = None
+    out: tuple | None = None
+    permuted: bool = False
+
+
+# the views asked of the matmul being legalized (set around that one dispatch)
+REQUESTED_VIEWS: contextvars.ContextVar[MatmulViews | None] = contextvars.ContextVar("accel_views", default=None)
+
+
+def _kernel_view(source: relax.Expr, steps: tuple, shape: tuple, dims: KernelDims) -> topi_accel.View:
+    """A View of `source` whose `steps` end in `shape` (the kernel's 3-D operand), the graph's
+    shape variables as the kernel's (`dims`)."""
+    mapped = tuple(("reshape", tuple(dims(d) for d in step[1])) if step[0] == "reshape" else step for step in steps)
+    view = topi_accel.View(tuple(dims(d) for d in tensor_shape(source)), mapped)
+    return view.then(("reshape", shape))
+
+
+def _read_views(
+    bb: relax.BlockBuilder, requested: MatmulViews, operands: list, shapes: list, dims: KernelDims
+) -> tuple[list, list]:
+    """(the kernel's arguments, the View of each or None): a requested view where the kernel
+    reads it without dividing its indices (topi_accel.views.reads_directly), else the operand
+    flattened to 3-D as it is."""
+    args, views = [], []
+    for operand, requested_view, shape in zip(operands, (requested.a, requested.b), shapes):
+        view = None
+        if requested_view is not None:
+            source, steps = requested_view
+            candidate = _kernel_view(source, steps, tuple(dims(d) for d in shape), dims)
+            if topi_accel.views.reads_directly(topi_accel.views.apply(candidate, te.placeholder(candidate.shape))):
+                view, operand = candidate, source
+        if view is None and len(tensor_shape(operand)) != 3:
+            operand = bb.emit(reshape(bb, operand, list(shape)))
+        args.append(operand)
+        views.append(view)
+    return args, views
+
+
 @register("relax.matmul", "batch_matmul_kn.accel", condition=batch_matmul_condition)
 def batch_matmul_kn_accel(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Flatten the operands' batch axes (views); the kernel writes the result with them, so
-    that an epilogue (attention's scaling) fuses into it."""
+    that an epilogue (attention's scaling) fuses into it. Where FoldViews asks (REQUESTED_VIEWS),
+    the kernel reads an operand from the tensor it is a view of and writes its result permuted."""
     a, b = call.args
     a_shape, b_shape = tensor_shape(a), tensor_shape(b)
     (m, k), n = a_shape[-2:], b_shape[-1]
     batch = a_shape[:-2]
+    bs = math.prod(batch)
     dtype = str(a.ty.dtype)
-    if len(batch) != 1:
-        a = bb.emit(reshape(bb, a, [math.prod(batch), m, k]))
-        b = bb.emit(reshape(bb, b, [math.prod(batch), k, n]))
-    cfg = topi_accel.batch_matmul_config(m, n)
+    requested = REQUESTED_VIEWS.get() or MatmulViews()
     dims = KernelDims()
-    func = topi_accel.batch_matmul_kn_func(tuple(dims(d) for d in batch), dims(m), dims(k), dims(n), cfg, dtype)
-    return _call(bb, func, dims, "batch_matmul_kn", [a, b], relax.TensorType([*batch, m, n], dtype))
+    (a, b), (a_view, b_view) = _read_views(bb, requested, [a, b], [(bs, m, k), (bs, k, n)], dims)
+    out_batch, out_axes = requested.out if requested.out is not None else (batch, None)
+    shape = [*out_batch, m, n]
+    out_shape = shape if out_axes is None else [shape[axis] for axis in out_axes]
+    cfg = topi_accel.batch_matmul_config(m, n)
+    func = topi_accel.batch_matmul_kn_func(
+        tuple(dims(d) for d in out_batch),
+        dims(m),
+        dims(k),
+        dims(n),
+        cfg,
+        dtype,
+        a_view,
+        b_view,
+        None if out_axes is None else tuple(out_axes),
+    )
+    requested.permuted = out_axes is not None
+    return _call(bb, func, dims, "batch_matmul_kn", [a, b], relax.TensorType(out_shape, dtype))

@@ -3,7 +3,7 @@
 Pure TE/TIR: nothing here knows about Relax, strategies or models.
 """
 
-from . import conv2d_int8, dense_int8, tuning  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
+from . import conv2d_int8, dense_int8, tuning, views  # noqa: F401  (int8 kernels: topi_accel.conv2d_int8, .dense_int8)
 from .conv1d import (
     conv1d_config,
     conv1d_geometry,
@@ -44,6 +44,7 @@ from .strassen import strassen_combine_func, strassen_lefts_func
 from .tir_passes import stacktiles  # noqa: F401
 from .tir_passes.prefetch import insert_prefetches
 from .tir_passes.wholetiles import whole_tiles
+from .views import View
 from .winograd import (
     WinogradConfig,
     conv2d_winograd,
@@ -55,6 +56,7 @@ from .winograd import (
 )
 
 __all__ = [
+    "View",
     "batch_dense_kn",
     "batch_dense_kn_func",
     "batch_matmul_config",

@@ -25,10 +25,12 @@ from tvm import s_tir, te, tirx
 from tvm.tirx import IndexMap
 from tvm.topi.utils import ravel_index, unravel_index
 
+from . import views
 from .knobs import ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block, round_up
 from .symbolic import REPRESENTATIVE_ROWS, SYMBOLIC, ceil_to, extent, is_static, prim_func, static_or
 from .tiles import register_tile, vectorize_inner
 from .tir_passes.prefetch import prefetch_next_panel
+from .views import View
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -282,25 +284,39 @@ def _packed_columns(b: te.Tensor, nb: int) -> te.Tensor:
     )
 
 
-def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple | None = None) -> te.Tensor:
+def batch_matmul_kn(
+    a: te.Tensor,
+    b: te.Tensor,
+    cfg: DenseConfig,
+    batch: tuple | None = None,
+    pack_right: bool = False,
+    out_axes: tuple[int, ...] | None = None,
+) -> te.Tensor:
     """Batched a @ b, both activations (attention's Q @ K^T and P @ V).
 
     a: 3-D [B, M, K]. b: 3-D [B, K, N], read as it is (N contiguous), so ``cfg.n_block``
-    must divide a static N; a symbolic N is packed in the kernel ("batch_matmul_kn_pack").
-    B, M and K may be symbolic too. batch: the axes B unflattens to in the result (default
-    (B,)). Returns [*batch, M, N] named "batch_matmul_kn".
+    must divide a static N; a symbolic N, or any N with `pack_right` (b a view of a tensor
+    laid out otherwise), is packed in the kernel ("batch_matmul_kn_pack"). B, M and K may be
+    symbolic too. batch: the axes B unflattens to in the result (default (B,)). out_axes: the
+    result's axes permuted so (N stays last; attention's head merge). Returns [*batch, M, N],
+    permuted by out_axes, named "batch_matmul_kn".
     """
     (bs, m, k), (bs2, k2, n) = ([int(v) if is_static(v) else v for v in t.shape] for t in (a, b))
     batch = (bs,) if batch is None else tuple(batch)
+    axes = tuple(range(len(batch) + 2)) if out_axes is None else tuple(out_axes)
     static = all(is_static(v) for v in (bs, bs2, k, k2, n, *batch))
     if static and ((bs, k) != (bs2, k2) or n % cfg.n_block or math.prod(batch) != bs):
         raise ValueError(
             f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} and batch axes"
             f" {list(batch)} are not supported (equal batch and K, n_block dividing N, batch axes of B elements)"
         )
+    if sorted(axes) != list(range(len(batch) + 2)) or axes[-1] != len(batch) + 1:
+        raise ValueError(
+            f"batch_matmul_kn: out_axes {list(axes)} is no permutation of {len(batch) + 2} axes keeping N last"
+        )
     rk = te.reduce_axis((0, k), name="rk")
     last, nb = m - 1, cfg.n_block
-    if is_static(n):
+    if is_static(n) and not pack_right:
         right = lambda p, j: b[p, rk, j]  # noqa: E731
     else:
         packed = _packed_columns(b, nb)
@@ -310,15 +326,27 @@ def batch_matmul_kn(a: te.Tensor, b: te.Tensor, cfg: DenseConfig, batch: tuple |
         lambda p, i, j: te.sum(a[p, tirx.min(i, last), rk] * right(p, j), axis=rk),
         name="batch_matmul_kn_acc",
     )
-    return te.compute((*batch, m, n), lambda *i: acc[ravel_index(i[:-2], batch), i[-2], i[-1]], name="batch_matmul_kn")
+    shape = (*batch, m, n)
+
+    def element(*index):
+        unpermuted = [None] * len(axes)
+        for position, axis in enumerate(axes):
+            unpermuted[axis] = index[position]
+        return acc[ravel_index(unpermuted[:-2], batch), unpermuted[-2], unpermuted[-1]]
+
+    return te.compute(tuple(shape[axis] for axis in axes), element, name="batch_matmul_kn")
 
 
-def _schedule_pack(func: tirx.PrimFunc, parallel: bool) -> tirx.PrimFunc:
-    """The packing of a symbolic-N right operand, if any: parallel over (batch, column block)."""
+def _schedule_pack(func: tirx.PrimFunc, parallel: bool, rows_contiguous: bool = True) -> tirx.PrimFunc:
+    """The packing of the right operand, if any: parallel over (batch, column block); with
+    `rows_contiguous` False (a view whose consecutive elements run along K: attention's Kᵀ)
+    each column's K elements are read together."""
     sch = s_tir.Schedule(func)
     if not any(sch.get(b).name_hint == "batch_matmul_kn_pack" for b in sch.get_child_blocks(sch.get_sblock("root"))):
         return func
-    p, jo, _, _ = sch.get_loops(sch.get_sblock("batch_matmul_kn_pack"))
+    p, jo, r, ji = sch.get_loops(sch.get_sblock("batch_matmul_kn_pack"))
+    if not rows_contiguous:
+        sch.reorder(ji, r)
     if parallel:
         sch.parallel(sch.fuse(p, jo))
     return sch.mod["main"]
@@ -332,16 +360,30 @@ def batch_matmul_kn_func(
     n: int | None,
     cfg: DenseConfig,
     dtype: str = "float32",
+    a_view: View | None = None,
+    b_view: View | None = None,
+    out_axes: tuple[int, ...] | None = None,
 ):
     """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape;
     an extent given as None (`symbolic.SYMBOLIC`) is a variable of the PrimFunc, one given as
-    an expression of shape variables is that expression (see topi_accel.symbolic)."""
+    an expression of shape variables is that expression (see topi_accel.symbolic).
+
+    a_view, b_view: the operand is that view of the PrimFunc's parameter (topi_accel.views),
+    read in place; out_axes: see `batch_matmul_kn`."""
     batch = (batch,) if batch is SYMBOLIC or isinstance(batch, int) else tuple(batch)
     batch = tuple(extent(d, f"batch{a}" if len(batch) > 1 else "batch") for a, d in enumerate(batch))
     m, k, n = extent(m, "m"), extent(k, "k"), extent(n, "n")
     bs = math.prod(batch)
-    a = te.placeholder((bs, m, k), dtype, name="a")
-    b = te.placeholder((bs, k, n), dtype, name="b")
-    out = batch_matmul_kn(a, b, cfg, batch)
-    func = prim_func([a, b], out)
-    return _schedule_pack(schedule_matmul(func, "batch_matmul_kn", n, cfg), cfg.parallel)
+    operands = []
+    for name, view, shape in (("a", a_view, (bs, m, k)), ("b", b_view, (bs, k, n))):
+        source = te.placeholder(shape if view is None else view.shape, dtype, name=name)
+        operands.append((source, source if view is None else views.apply(view, source)))
+    (a_source, a), (b_source, b) = operands
+    rows_contiguous = b_view is None or views.unit_stride_last(b)
+    out = batch_matmul_kn(a, b, cfg, batch, not rows_contiguous, out_axes)
+    func = prim_func([a_source, b_source], out)
+    if a_view is not None or b_view is not None:
+        sch = s_tir.Schedule(func)
+        views.inline_views(sch, ("batch_matmul_kn_acc", "batch_matmul_kn", "batch_matmul_kn_pack"))
+        func = sch.mod["main"]
+    return _schedule_pack(schedule_matmul(func, "batch_matmul_kn", n, cfg), cfg.parallel, rows_contiguous)

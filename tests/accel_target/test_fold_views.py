@@ -1,0 +1,144 @@
+"""FoldViews: attention's head split read in place by the batch matmuls, the head merge
+written by them (accel_target/passes/fold_views.py, topi_accel/views.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from tvm import te, tirx
+
+import accel_target
+import topi_accel
+from tests.helpers import assert_close, rand, run_executable, run_primfunc
+from tests.models.classic import EncoderLayer
+from topi_accel.views import View, apply, reads_directly, unit_stride_last
+
+QKV = (("reshape", (1, 16, 3, 2, 8)), ("transpose", (2, 0, 3, 1, 4)))  # [16, 48]: S 16, 2 heads of 8
+
+
+def _slice(i):
+    return ("strided_slice", (i,), (i + 1,), (1,), (0,), False), ("squeeze", (0,))
+
+
+def _numpy_qkv(x):
+    return x.reshape(1, 16, 3, 2, 8).transpose(2, 0, 3, 1, 4)
+
+
+# (steps after QKV, the same in numpy on _numpy_qkv's result, reads directly, unit stride last)
+CHAINS = [
+    ((*_slice(0), ("reshape", (2, 16, 8))), lambda t: t[0, 0], True, True),  # Q
+    # Kᵀ
+    (
+        (*_slice(1), ("transpose", (0, 1, 3, 2)), ("reshape", (2, 8, 16))),
+        lambda t: t[1, 0].transpose(0, 2, 1),
+        True,
+        False,
+    ),
+    ((*_slice(2), ("reshape", (2, 16, 8))), lambda t: t[2, 0], True, True),  # V
+    ((("reshape", (6, 16, 8)),), lambda t: t.reshape(6, 16, 8), True, True),  # Q, K, V heads: qkv's columns again
+    ((("reshape", (3, 32, 8)),), lambda t: t.reshape(3, 32, 8), False, True),  # heads and rows merged: divides
+]
+
+
+@pytest.mark.parametrize("steps, reference, direct, unit_stride", CHAINS)
+def test_view_reads_what_the_layout_ops_compute(steps, reference, direct, unit_stride):
+    x = rand(16, 48)
+    source = te.placeholder((16, 48), "float32", name="x")
+    view = apply(View((16, 48), QKV + steps), source)
+    expected = reference(_numpy_qkv(x))
+    func = te.create_prim_func([source, view])
+    np.testing.assert_array_equal(run_primfunc(func, [x], expected.shape), expected)
+    assert reads_directly(view) == direct
+    assert unit_stride_last(view) == unit_stride
+
+
+def test_a_symbolic_sequence_is_read_without_dividing_by_it():
+    s = tirx.Var("s", "int64")
+    source = te.placeholder((s, 48), "float32", name="x")
+    split = (("reshape", (1, s, 3, 2, 8)), ("transpose", (2, 0, 3, 1, 4)), *_slice(2), ("reshape", (2, s, 8)))
+    view = apply(View((s, 48), split), source)
+    assert reads_directly(view) and unit_stride_last(view)
+
+
+def test_batch_matmul_reads_views_and_writes_its_result_permuted():
+    x, p = rand(16, 48), rand(2, 16, 16)
+    q, k, v = _numpy_qkv(x)[:, 0]
+    view = lambda i, *more: View((16, 48), QKV + _slice(i) + more)  # noqa: E731
+    with tvm.target.Target("accel"):
+        scores = topi_accel.batch_matmul_kn_func(
+            2,
+            16,
+            8,
+            16,
+            topi_accel.batch_matmul_config(16, 16),
+            "float32",
+            view(0, ("reshape", (2, 16, 8))),
+            view(1, ("transpose", (0, 1, 3, 2)), ("reshape", (2, 8, 16))),
+        )
+        merged = topi_accel.batch_matmul_kn_func(
+            (1, 2),
+            16,
+            16,
+            8,
+            topi_accel.batch_matmul_config(16, 8),
+            "float32",
+            None,
+            view(2, ("reshape", (2, 16, 8))),
+            (0, 2, 1, 3),
+        )
+    assert_close(run_primfunc(scores, [x, x], (2, 16, 16)), q @ k.transpose(0, 2, 1))
+    assert_close(run_primfunc(merged, [p, x], (1, 16, 2, 8)), (p @ v)[None].transpose(0, 2, 1, 3))
+
+
+def _encoder():
+    torch.manual_seed(0)
+    return EncoderLayer(dim=64, heads=4, ffn=128).eval()
+
+
+def test_attention_runs_without_a_layout_transform():
+    model, x = _encoder(), torch.randn(1, 24, 64)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+    report = accel_target.report(executable)
+    assert report.kernels.activation_transforms == 0, report.kernels.calls
+    assert not any("transpose" in k or "strided_slice" in k for k in report.kernels.calls)
+    # the report tells where they went: the head split and merge into the attention kernels
+    assert all(r.kind == "accel" for r in report.rows if r.op == "relax.matmul"), str(report)
+    moved = [r.kernel for r in report.rows if r.op in ("relax.permute_dims", "relax.strided_slice")]
+    assert moved and set(moved) == {"fused into batch_matmul_kn.accel"}, str(report)
+
+
+def test_attention_of_a_symbolic_sequence_runs_without_a_layout_transform():
+    model = _encoder()
+    seq = torch.export.Dim("seq", min=2, max=256)
+    mod = accel_target.from_torch(model, (torch.randn(1, 24, 64),), dynamic_shapes=({1: seq},))
+    executable = accel_target.build(mod)
+    for length in (5, 24, 67):
+        x = torch.randn(1, length, 64)
+        assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+    assert accel_target.report(executable).kernels.activation_transforms == 0
+
+
+class _Views(nn.Module):
+    """A matmul of a permuted operand (read in place) and of one whose reshape after the permute
+    merges and splits axes anew (its reads divide their indices: it stays a copy)."""
+
+    def forward(self, x, y):
+        read_in_place = x.permute(1, 0, 2) @ y[:3]
+        divided = x.permute(1, 0, 2).reshape(6, 4, 16) @ y
+        return read_in_place, divided
+
+
+def test_a_view_the_kernel_cannot_read_directly_stays_materialized():
+    model, x, y = _Views(), torch.randn(8, 3, 16), torch.randn(6, 16, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x, y)))
+    expected = model(x, y)
+    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
+    for out, ref in zip(got, expected):
+        assert_close(out.numpy(), ref.numpy())
+    report = accel_target.report(executable)
+    assert report.kernels.activation_transforms == 1  # the second operand's permute alone
