@@ -1,17 +1,22 @@
-"""FastMath: GELU, softmax, sigmoid, SiLU, tanh and erf on float32 with TVM's vectorizable
-fast_erf / fast_exp / fast_tanh."""
+"""FastMath: GELU, softmax, sigmoid, SiLU, tanh, erf, softplus and Mish on float32 with TVM's
+vectorizable fast_erf / fast_exp / fast_tanh."""
 
 from __future__ import annotations
 
 import tvm
-from tvm import relax, te, topi
+from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from strategy.layout import constant_array
 
 from .relax_util import op_name, rewrite_functions
 
 GELU = "relax.nn.gelu"
 SOFTMAX = "relax.nn.softmax"
+SOFTPLUS = "relax.nn.softplus"
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
+LOG1P_TERMS = 8  # of 2 atanh(t), t <= 1/3: the first term left out is below 2e-9 of the sum
+MISH_LINEAR = 20.0  # above it, tanh(softplus(x)) is 1 in float32
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
@@ -26,6 +31,42 @@ def fast_silu(x: te.Tensor) -> te.Tensor:
     return topi.multiply(x, fast_sigmoid(x))
 
 
+def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
+    """log(1 + u) for u in [0, 1], as 2 atanh(t) = 2 (t + t^3/3 + t^5/5 + ...), t = u / (2 + u)."""
+    t = tirx.Var("t", "float32")
+    s = t * t
+    series = tirx.const(1.0 / (2 * LOG1P_TERMS - 1), "float32")
+    for k in range(LOG1P_TERMS - 2, -1, -1):
+        series = series * s + tirx.const(1.0 / (2 * k + 1), "float32")
+    return tirx.Let(t, u / (2.0 + u), 2.0 * t * series)
+
+
+def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> te.Tensor:
+    """log(1 + exp(beta x)) / beta, x where beta x > threshold (topi.nn.softplus), as
+    max(beta x, 0) + log1p(exp(-|beta x|)) with topi.fast_exp and `_log1p_unit`: max relative
+    error 2.5e-7 on [-100, 100] against float64 (PyTorch's: 1.2e-7)."""
+    e = topi.fast_exp(te.compute(x.shape, lambda *i: -tirx.abs(x(*i) * beta), name="T_softplus_exponent"))
+
+    def softplus(*i):
+        z = x(*i) * beta
+        return tirx.Select(z > threshold, x(*i), (tirx.max(z, 0.0) + _log1p_unit(e(*i))) / beta)
+
+    return te.compute(x.shape, softplus, name="T_fast_softplus", tag=topi.tag.ELEMWISE)
+
+
+def fast_mish(x: te.Tensor) -> te.Tensor:
+    """x tanh(softplus(x)) as x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) spelt out),
+    e^x by topi.fast_exp of min(x, 20): max relative error 3e-7 on [-100, 100] against
+    float64 (PyTorch's: 2.6e-7)."""
+    e = topi.fast_exp(te.compute(x.shape, lambda *i: tirx.min(x(*i), MISH_LINEAR), name="T_mish_exponent"))
+
+    def mish(*i):
+        n = tirx.Var("n", "float32")
+        return x(*i) * tirx.Let(n, e(*i) * (e(*i) + 2.0), n / (n + 2.0))
+
+    return te.compute(x.shape, mish, name="T_fast_mish", tag=topi.tag.ELEMWISE)
+
+
 # an elementwise op -> its vector form (erf itself: GELU as ONNX exporters spell it out)
 ELEMENTWISE = {
     "relax.sigmoid": (fast_sigmoid, "fast_sigmoid"),
@@ -35,9 +76,88 @@ ELEMENTWISE = {
 }
 
 
+def _scalar(expr) -> float | None:
+    """The value of a scalar float constant, else None."""
+    if not isinstance(expr, tvm.ir.expr.Constant) or (value := constant_array(expr)).size != 1:
+        return None
+    return float(value.reshape(()))
+
+
+def _bound(var2val: dict, expr, op: str) -> relax.Call | None:
+    """What `expr` is bound to, if that is a call of `op`."""
+    value = var2val.get(expr)
+    return value if op_name(value) == op else None
+
+
+def _log1p_exp_of(var2val: dict, call) -> relax.Expr | None:
+    """z where `call` is log(1 + exp(z)) (either order of the sum)."""
+    if op_name(call) != "relax.log" or (total := _bound(var2val, call.args[0], "relax.add")) is None:
+        return None
+    one, exp = total.args if _scalar(total.args[0]) == 1.0 else total.args[::-1]
+    exp = _bound(var2val, exp, "relax.exp")
+    return exp.args[0] if _scalar(one) == 1.0 and exp is not None else None
+
+
+def softplus_parts(var2val: dict, call) -> tuple[relax.Expr, float, float] | None:
+    """(x, beta, threshold) where `call` computes softplus(x): relax.nn.softplus; PyTorch's
+    decomposition, where(beta x > threshold, x, log(1 + exp(beta x)) / beta); or TVM's ONNX
+    Mish's log(1 + exp(x)) (no threshold: infinite)."""
+    name = op_name(call)
+    if name == SOFTPLUS:
+        return call.args[0], float(call.attrs.beta), float(call.attrs.threshold)
+    if name == "relax.log":
+        z = _log1p_exp_of(var2val, call)
+        return None if z is None else (z, 1.0, float("inf"))
+    if name != "relax.where" or (greater := _bound(var2val, call.args[0], "relax.greater")) is None:
+        return None
+    z, threshold, x, soft = greater.args[0], _scalar(greater.args[1]), call.args[1], var2val.get(call.args[2])
+    beta = 1.0
+    if op_name(soft) == "relax.divide":
+        beta, soft = _scalar(soft.args[1]), var2val.get(soft.args[0])
+    scaled = _bound(var2val, z, "relax.multiply")
+    x_of_z = z if scaled is None else scaled.args[0]
+    if scaled is not None and _scalar(scaled.args[1]) != beta:
+        return None
+    if threshold is None or beta is None or not x_of_z.same_as(x) or not _same(_log1p_exp_of(var2val, soft), z):
+        return None
+    return x, beta, threshold
+
+
+def _same(a, b) -> bool:
+    return a is not None and a.same_as(b)
+
+
+def mish_input(var2val: dict, call: relax.Call) -> relax.Expr | None:
+    """x where `call` is x * tanh(softplus(x)) (softplus as `softplus_parts` finds it, beta 1 and
+    a threshold past which tanh is 1 in float32); else None."""
+    if op_name(call) != "relax.multiply":
+        return None
+    for x, gate in (call.args, call.args[::-1]):
+        tanh = _bound(var2val, gate, "relax.tanh")
+        parts = None if tanh is None else softplus_parts(var2val, var2val.get(tanh.args[0]))
+        if parts is not None and parts[0].same_as(x) and parts[1] == 1.0 and parts[2] >= MISH_LINEAR / 2:
+            return x
+    return None
+
+
 @mutator
 class _FastMath(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.var2val = {}  # the bindings as they were: what Mish's ops read
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                self.var2val.update(relax.analysis.get_var2val(func))
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
+        if str(getattr(call.ty, "dtype", "")) == "float32":  # Mish and softplus, found in the original bindings
+            if (x := mish_input(self.var2val, call)) is not None:
+                return self.builder_.call_te(fast_mish, self.visit_expr(x), primfunc_name_hint="fast_mish")
+            if (parts := softplus_parts(self.var2val, call)) is not None:
+                x, beta, threshold = parts
+                return self.builder_.call_te(
+                    fast_softplus, self.visit_expr(x), beta, threshold, primfunc_name_hint="fast_softplus"
+                )
         call = self.visit_expr_post_order(call)
         name = op_name(call)
         if name not in (GELU, SOFTMAX, *ELEMENTWISE) or str(call.ty.dtype) != "float32":
@@ -58,16 +178,17 @@ class _FastMath(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="FastMath")
 class FastMath:
-    """GELU, softmax, sigmoid, SiLU, tanh and erf of float32 tensors with TVM's vectorizable
-    fast_erf / fast_exp / fast_tanh (topi.fast_erf, topi.nn.fast_softmax, topi.fast_exp,
-    topi.fast_tanh) instead of libm's scalar erff / expf / tanhf, which LLVM calls one lane
-    at a time.
+    """GELU, softmax, sigmoid, SiLU, tanh, erf, softplus and Mish of float32 tensors with TVM's
+    vectorizable fast_erf / fast_exp / fast_tanh (topi.fast_erf, topi.nn.fast_softmax,
+    topi.fast_exp, topi.fast_tanh) instead of libm's scalar erff / expf / tanhf / logf, which
+    LLVM calls one lane at a time.
 
     These are the ops that run over whole activations, as the epilogue of the conv or dense
     kernel before them: GELU (x * (1 + erf(x / sqrt(2))) / 2, exact in form; fast_erf's max
     abs error is 3.7e-7), softmax over attention scores, the sigmoid of SiLU/swish and of
-    squeeze-excite gates. TVM's own FastMathTransform also swaps every exp; a plain exp keeps
-    libm's, whose overflow to inf some models rely on."""
+    squeeze-excite gates, softplus and Mish (x tanh(softplus(x)), matched whole:
+    `mish_input`). TVM's own FastMathTransform also swaps every exp; a plain exp or log keeps
+    libm's, whose overflow to inf and log of 0 some models rely on."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return rewrite_functions(_FastMath, mod)

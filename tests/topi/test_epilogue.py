@@ -90,6 +90,9 @@ ACTIVATIONS = {
     "erf": SpeltOutGelu,
     "hardswish": nn.Hardswish,
     "leaky": lambda: nn.LeakyReLU(0.1),
+    "mish": nn.Mish,
+    "softplus": nn.Softplus,
+    "softplus_beta": lambda: nn.Softplus(beta=2.0, threshold=5.0),
 }
 LIBM = ("expf", "tanhf", "erff", "logf")  # called one lane at a time when a kernel uses them
 

@@ -1,0 +1,87 @@
+"""FastMath's vector forms of softplus and Mish against float64 numpy, and Mish found in the
+forms the importers write (accel_target/passes/fast_math.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from tvm import relax, te
+
+import accel_target
+from accel_target.passes.fast_math import fast_mish, fast_softplus
+from tests.helpers import assert_close, float_onnx_model, run_executable, run_primfunc
+
+# every float32 from far in the negative tail, through 0, to past the linear thresholds
+X = np.concatenate([np.linspace(-100, 100, 20001), np.linspace(-1e-3, 1e-3, 201)]).astype("float32")
+
+
+def _softplus(x, beta=1.0, threshold=20.0):
+    z = beta * x
+    return np.where(z > threshold, x, np.logaddexp(0.0, z) / beta)
+
+
+# (vector form, float64 reference, max relative error; PyTorch's own on float32 is 1.2e-7 / 2.6e-7)
+CASES = {
+    "softplus": (fast_softplus, _softplus, 5e-7),
+    "softplus_beta": (lambda x: fast_softplus(x, 2.0, 5.0), lambda x: _softplus(x, 2.0, 5.0), 5e-7),
+    "mish": (fast_mish, lambda x: x * np.tanh(_softplus(x)), 5e-7),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_vector_form_is_within_a_few_ulps_of_float64(name):
+    compute, reference, max_relative = CASES[name]
+    x = te.placeholder(X.shape, "float32", name="x")
+    out = run_primfunc(te.create_prim_func([x, compute(x)]), [X], X.shape)
+    expected = reference(X.astype(np.float64))
+    assert not np.isnan(out).any()
+    relevant = np.abs(expected) > 1e-30  # fast_exp keeps e^-88 where libm's exp is 0
+    relative = np.abs(out - expected)[relevant] / np.abs(expected)[relevant]
+    assert relative.max() < max_relative, X[relevant][np.argmax(relative)]
+
+
+def _kernel_names(executable) -> list[str]:
+    return list(accel_target.report(executable).kernels.calls)
+
+
+def test_pytorch_mish_is_one_vector_op_in_the_conv_write_back():
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(4, 16, 3), nn.Mish()).eval(), torch.randn(1, 4, 10, 10) * 8
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    with torch.no_grad():
+        assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+    assert any("conv2d" in k and "fast_mish" in k for k in _kernel_names(executable)), _kernel_names(executable)
+
+
+def test_onnx_mish_spelt_with_exp_and_log_is_found():
+    import onnx
+    from onnx import helper
+
+    model = float_onnx_model([helper.make_node("Mish", ["x"], ["y"])], {"x": [2, 300]}, {"y": [2, 300]})
+    model.opset_import[0].version = 18
+    x = (np.random.default_rng(0).standard_normal((2, 300)) * 10).astype("float32")
+    mod = accel_target.from_onnx(onnx.load_from_string(model.SerializeToString()))
+    executable = accel_target.build(mod)
+    assert_close(run_executable(executable, x), x * np.tanh(_softplus(x.astype(np.float64))))
+    assert any("fast_mish" in k for k in _kernel_names(executable)), _kernel_names(executable)
+
+
+def test_a_softplus_read_by_something_else_is_kept():
+    """tanh(softplus(x)) * x where softplus(x) is also an output: Mish is computed whole and the
+    softplus stays for its other reader."""
+
+    class Both(nn.Module):
+        def forward(self, x):
+            s = nn.functional.softplus(x)
+            return x * torch.tanh(s), s
+
+    x = torch.randn(3, 40) * 6
+    executable = accel_target.build(accel_target.from_torch(Both(), (x,)))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    mish, soft = vm["main"](tvm.runtime.tensor(x.numpy()))
+    expected = Both()(x)
+    assert_close(mish.numpy(), expected[0].numpy())
+    assert_close(soft.numpy(), expected[1].numpy())
