@@ -140,7 +140,9 @@ REQUESTED_VIEWS: contextvars.ContextVar[MatmulViews | None] = contextvars.Contex
 def _kernel_view(source: relax.Expr, steps: tuple, shape: tuple, dims: KernelDims) -> topi_accel.View:
     """A View of `source` whose `steps` end in `shape` (the kernel's 3-D operand), the graph's
     shape variables as the kernel's (`dims`)."""
-    mapped = tuple(("reshape", tuple(dims(d) for d in step[1])) if step[0] == "reshape" else step for step in steps)
+    mapped = tuple(
+        (step[0], tuple(dims(d) for d in step[1])) if step[0] in ("reshape", "broadcast_to") else step for step in steps
+    )
     view = topi_accel.View(tuple(dims(d) for d in tensor_shape(source)), mapped)
     return view.then(("reshape", shape))
 

@@ -8,10 +8,11 @@ operand a kernel takes; `apply` rebuilds it in TE on the kernel's placeholder of
 so that the kernel's schedule inlines it (`inline_views`) and its loads index the source
 directly: ``q[h, s, d]`` is ``qkv[s, h * D + d]``.
 
-The steps are TVM's own TOPI computes for the Relax ops (``reshape``, ``permute_dims``,
-``strided_slice``, ``squeeze``), so a view reads exactly what the materialized ops would
-have written. `unit_stride_last` says whether the view's last axis is consecutive in the
-source (a kernel loading it as vectors reads whole vectors) or needs packing first.
+The steps are TVM's own TOPI computes for the Relax ops (``permute_dims``, ``strided_slice``,
+``squeeze``, ``broadcast_to``; ``reshape`` indexes each group of equal-size axes on its own),
+so a view reads exactly what the materialized ops would have written. `unit_stride_last`
+says whether the view's last axis is consecutive in the source (a kernel loading it as
+vectors reads whole vectors) or needs packing first.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class View:
     """A tensor read through layout ops. shape: the source's (ints, or expressions of the
     kernel's shape variables); steps: ("reshape", shape), ("transpose", axes),
     ("strided_slice", begin, end, strides, axes, assume_inbound), ("squeeze", axes or None),
-    in the order they apply."""
+    ("broadcast_to", shape), in the order they apply."""
 
     shape: tuple
     steps: tuple
@@ -57,8 +58,12 @@ def apply(view: View, source: te.Tensor) -> te.Tensor:
             )
         elif kind == "squeeze":
             tensor = topi.squeeze(tensor, None if args[0] is None else list(args[0]))
+        elif kind == "broadcast_to":
+            tensor = topi.broadcast_to(tensor, list(args[0]))
         else:
-            raise ValueError(f"views: unknown step {kind!r}; known: reshape, transpose, strided_slice, squeeze")
+            raise ValueError(
+                f"views: unknown step {kind!r}; known: reshape, transpose, strided_slice, squeeze, broadcast_to"
+            )
     return tensor
 
 
@@ -142,19 +147,27 @@ def _simplified_reads(tensor: te.Tensor) -> tuple[list, list] | None:
     return variables, [analyzer.simplify(i) for i in indices]
 
 
-def _divides(expr) -> bool:
+def _divides(expr, variables: list) -> bool:
+    """Whether `expr` divides, or takes a remainder of, an expression of one of `variables`."""
     found = []
     division = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
-    tvm_ffi.structural_map(expr, (division, lambda e: found.append(e) or e), order="post")
+
+    def note(e):
+        if any(v.same_as(w) for v in tirx.analysis.undefined_vars(e) for w in variables):
+            found.append(e)
+        return e
+
+    tvm_ffi.structural_map(expr, (division, note), order="post")
     return bool(found)
 
 
 def reads_directly(tensor: te.Tensor) -> bool:
-    """Whether `tensor` (`apply`'s result) reads its source at indices without a division or
-    remainder of its own indices: a kernel reading the view pays no more per element than
-    reading a tensor."""
+    """Whether `tensor` (`apply`'s result, [B, M, K] or [B, K, N]) reads its source at indices
+    without a division or remainder of its row or column index: a kernel reading the view pays
+    no more per element than reading a tensor (a division of the matrix index B is made once
+    per tile)."""
     reads = _simplified_reads(tensor)
-    return reads is not None and not any(_divides(i) for i in reads[1])
+    return reads is not None and not any(_divides(i, reads[0][1:]) for i in reads[1])
 
 
 def unit_stride_last(tensor: te.Tensor) -> bool:

@@ -6,12 +6,13 @@ merges the heads of ``P @ V [H, S, D]`` with a permute to ``[S, H, D]`` before t
 dense layer. Legalized op by op, each permute and slice is a copy of the activation at run
 time. Here each batch matmul (both operands activations, rank 3 or more) is legalized with
 what surrounds it: an operand that is such a chain of ``reshape``, ``permute_dims``,
-``strided_slice`` and ``squeeze`` (one of them a permute or a slice) is read from the chain's
-source, and a result whose one use is a permute (after a reshape of its batch axes, if any)
-keeping the last axis is written permuted, in place of that permute. The request travels
-to the strategy as strategy.dense.REQUESTED_VIEWS; the chains no kernel reads any more are
-dead and go. An operand whose chain the kernel cannot read without dividing its indices
-stays materialized (strategy.dense), as does everything when the matmul gets another kernel.
+``strided_slice``, ``squeeze``, ``expand_dims``, ``broadcast_to`` and ``take`` of one index
+(one of them a permute, a slice, a broadcast or a take) is read from the chain's source, and a result whose one use is
+a permute (after a reshape of its batch axes, if any) keeping the last axis is written
+permuted, in place of that permute. The request travels to the strategy as
+strategy.dense.REQUESTED_VIEWS; the chains no kernel reads any more are dead and go. An
+operand whose chain the kernel cannot read without dividing its row or column indices stays
+materialized (strategy.dense), as does everything when the matmul gets another kernel.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy import dense as dense_strategy  # its names read at call time: a reload replaces them
 from strategy.dispatch import dispatch
-from strategy.layout import same_dims, tensor_shape
+from strategy.layout import constant_array, same_dims, tensor_shape
 
 from .relax_util import PERMUTE, RESHAPE, op_name, permute_axes
 
 MATMUL = "relax.matmul"
 SLICE = "relax.strided_slice"
 SQUEEZE = "relax.squeeze"
-MATERIALIZED = (PERMUTE, SLICE)  # a chain of reshapes alone is free: the VM makes views of them
+EXPAND_DIMS = "relax.expand_dims"
+TAKE = "relax.take"
+BROADCAST = "relax.broadcast_to"
+MATERIALIZED = (PERMUTE, SLICE, TAKE, BROADCAST)  # a chain of reshapes alone is free: the VM makes views of them
 
 
 def _ints(values) -> tuple[int, ...] | None:
@@ -47,23 +51,36 @@ def _ints(values) -> tuple[int, ...] | None:
     return tuple(int(f) for f in fields)
 
 
-def _step(call: relax.Call) -> tuple | None:
-    """The topi_accel.views step of a layout op, None for another op (or a slice of unknown
-    bounds)."""
+def _steps(call: relax.Call) -> tuple | None:
+    """The topi_accel.views steps of a layout op, None for another op (or a slice or take of
+    indices not known)."""
     name = op_name(call)
-    if name == RESHAPE:
+    if name in (RESHAPE, EXPAND_DIMS):  # expand_dims: a reshape that adds unit axes
         shape = tensor_shape(call)
-        return None if shape is None else ("reshape", tuple(shape))
+        return None if shape is None else (("reshape", tuple(shape)),)
     if name == PERMUTE:
-        return ("transpose", tuple(permute_axes(call)))
+        return (("transpose", tuple(permute_axes(call))),)
+    if name == BROADCAST:  # grouped-query attention's K and V heads, each read by several
+        shape = tensor_shape(call)
+        return None if shape is None else (("broadcast_to", tuple(shape)),)
     if name == SQUEEZE:
         axis = call.attrs.axis
-        return ("squeeze", None if axis is None else tuple(int(a) for a in axis))
+        return (("squeeze", None if axis is None else tuple(int(a) for a in axis)),)
     if name == SLICE and len(call.args) == 5:
         axes, begin, end, strides = (_ints(arg) for arg in call.args[1:])
         if None in (axes, begin, end, strides):
             return None
-        return ("strided_slice", begin, end, strides, axes, bool(call.attrs.assume_inbound))
+        return (("strided_slice", begin, end, strides, axes, bool(call.attrs.assume_inbound)),)
+    if name == TAKE:  # one index of an axis (torch's unbind): that slice, squeezed
+        index, shape = call.args[1], tensor_shape(call.args[0])
+        axis = int(call.attrs.axis) % len(shape) if shape is not None else None
+        if not isinstance(index, tvm.ir.expr.Constant) or axis is None or not isinstance(shape[axis], int):
+            return None
+        value = constant_array(index)
+        if value.ndim != 0 or not 0 <= int(value) < shape[axis]:
+            return None
+        i = int(value)
+        return (("strided_slice", (i,), (i + 1,), (1,), (axis,), True), ("squeeze", (axis,)))
     return None
 
 
@@ -74,13 +91,13 @@ def view_chain(var2val: dict, expr: relax.Expr) -> tuple[relax.Expr, tuple, list
     steps, names, bound = [], [], []
     while isinstance(expr, relax.Var) and expr in var2val:
         value = var2val[expr]
-        if not isinstance(value, relax.Var) and (step := _step(value)) is None:
+        if not isinstance(value, relax.Var) and (more := _steps(value)) is None:
             break
         bound.append(expr)
         if isinstance(value, relax.Var):  # an alias
             expr = value
             continue
-        steps.append(step)
+        steps += reversed(more)
         names.append(op_name(value))
         expr = value.args[0]
     if not any(name in MATERIALIZED for name in names) or tensor_shape(expr) is None:

@@ -123,22 +123,56 @@ def test_attention_of_a_symbolic_sequence_runs_without_a_layout_transform():
 
 
 class _Views(nn.Module):
-    """A matmul of a permuted operand (read in place) and of one whose reshape after the permute
-    merges and splits axes anew (its reads divide their indices: it stays a copy)."""
+    """A matmul of a permuted operand (read in place, its two samples' rows regrouped into
+    four matrices: a division of the matrix index alone) and of one whose reshape after the
+    permute moves columns into rows (its reads divide the row index: it stays a copy)."""
 
-    def forward(self, x, y):
-        read_in_place = x.permute(1, 0, 2) @ y[:3]
-        divided = x.permute(1, 0, 2).reshape(6, 4, 16) @ y
+    def forward(self, x, y, z):
+        read_in_place = x.permute(1, 0, 2).reshape(6, 4, 16) @ y
+        divided = x.permute(1, 0, 2).reshape(3, 16, 8) @ z
         return read_in_place, divided
 
 
 def test_a_view_the_kernel_cannot_read_directly_stays_materialized():
-    model, x, y = _Views(), torch.randn(8, 3, 16), torch.randn(6, 16, 8)
-    executable = accel_target.build(accel_target.from_torch(model, (x, y)))
-    expected = model(x, y)
+    model, inputs = _Views(), (torch.randn(8, 3, 16), torch.randn(6, 16, 8), torch.randn(3, 8, 8))
+    executable = accel_target.build(accel_target.from_torch(model, inputs))
+    expected = model(*inputs)
     vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
+    got = vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
     for out, ref in zip(got, expected):
         assert_close(out.numpy(), ref.numpy())
     report = accel_target.report(executable)
-    assert report.kernels.activation_transforms == 1  # the second operand's permute alone
+    assert report.kernels.activation_transforms == 1  # the second product's permute alone
+
+
+def test_multihead_attention_reads_its_unbound_heads_in_place():
+    """torch's MultiheadAttention: QKV unbound with take (one index of an axis) after an
+    expand_dims, heads of both samples on one axis: read in place; what is left is the
+    model's own pair of batch-first permutes."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 10, 32)
+    executable = accel_target.build(accel_target.from_torch(layer, (x,)))
+    with torch.no_grad():
+        assert_close(run_executable(executable, x.numpy()), layer(x).numpy())
+    report = accel_target.report(executable)
+    assert report.kernels.activation_transforms <= 2, report.kernels.calls
+    assert not any("take" in k or "strided_slice" in k for k in report.kernels.calls), report.kernels.calls
+
+
+class _GroupedQueryAttention(nn.Module):
+    """Llama's repeat_kv: 2 K/V heads, each read by 2 of the 4 query heads (expand + reshape)."""
+
+    def forward(self, q, k, v):  # q [1, 4, S, 16], k and v [1, 2, S, 16]
+        k, v = (t[:, :, None].expand(1, 2, 2, t.shape[2], 16).reshape(1, 4, t.shape[2], 16) for t in (k, v))
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+def test_grouped_query_heads_are_read_in_place():
+    inputs = (torch.randn(1, 4, 12, 16), torch.randn(1, 2, 12, 16), torch.randn(1, 2, 12, 16))
+    model = _GroupedQueryAttention()
+    executable = accel_target.build(accel_target.from_torch(model, inputs))
+    assert_close(run_executable(executable, *[x.numpy() for x in inputs]), model(*inputs).numpy())
+    calls = accel_target.report(executable).kernels.calls
+    assert accel_target.report(executable).kernels.activation_transforms == 0, calls
+    assert not any("broadcast" in k for k in calls), calls
