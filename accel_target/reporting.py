@@ -335,9 +335,12 @@ class Report:
         hosts = fused_into(segmented, legalized, groups)
         taken_in = {}  # a layout op that a matmul's kernel reads or writes in place -> its implementation
         for host, (matmul, members) in (folds or {}).items():
-            if host in decided:  # the matmul's kernel, bound where its result's permute was
-                decided[matmul] = decided[host]
-                taken_in.update((var, decided[host][0]) for var in members)
+            impl = decided.get(host, (None,))[0]
+            if impl is None:  # FoldViews was declined: the host is the permute it left
+                continue
+            decided[matmul] = decided[host]  # the matmul's kernel, bound where its result's permute was
+            # the ops the legalized module binds no more; the host itself when it is not the matmul
+            taken_in.update((var, impl) for var in members if var not in segmented or var.same_as(host))
         rows = []
         for var, op, inputs, layouts in ops:
             if var in taken_in:

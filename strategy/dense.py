@@ -124,8 +124,9 @@ def batch_matmul_condition(call: relax.Call) -> str | None:
 class MatmulViews:
     """What accel_target's FoldViews asks of one batch matmul's legalization: an operand read
     through layout ops from another tensor, as (source, steps of topi_accel.views.View), and
-    the result written with its axes permuted, as (batch axes, permutation). `permuted`:
-    whether the kernel made writes its result so (an operand's view it may decline)."""
+    the result written with its axes permuted, as (batch axes, permutation). `permuted`: set
+    when the kernel made writes its result so (it may still read an operand as a copy, where
+    its view would divide the kernel's indices)."""
 
     a: tuple | None = None
     b: tuple | None = None

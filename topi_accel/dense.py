@@ -30,7 +30,6 @@ from .knobs import ceil_div, cpu_knobs, largest_divisor, pads_little, pick_block
 from .symbolic import REPRESENTATIVE_ROWS, SYMBOLIC, ceil_to, extent, is_static, prim_func, static_or
 from .tiles import register_tile, vectorize_inner
 from .tir_passes.prefetch import prefetch_next_panel
-from .views import View
 
 SUPPORTED_DTYPES = ("float32",)
 
@@ -360,8 +359,8 @@ def batch_matmul_kn_func(
     n: int | None,
     cfg: DenseConfig,
     dtype: str = "float32",
-    a_view: View | None = None,
-    b_view: View | None = None,
+    a_view: views.View | None = None,
+    b_view: views.View | None = None,
     out_axes: tuple[int, ...] | None = None,
 ):
     """The scheduled PrimFunc (a [B, M, K], b [B, K, N]) -> out [*batch, M, N] for one shape;

@@ -7,7 +7,7 @@ import tvm
 from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from strategy.layout import constant_array
+from strategy.layout import constant_array, same_dims, tensor_shape
 
 from .relax_util import op_name, rewrite_functions
 
@@ -16,7 +16,8 @@ SOFTMAX = "relax.nn.softmax"
 SOFTPLUS = "relax.nn.softplus"
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 LOG1P_TERMS = 8  # of 2 atanh(t), t <= 1/3: the first term left out is below 2e-9 of the sum
-MISH_LINEAR = 20.0  # above it, tanh(softplus(x)) is 1 in float32
+MISH_LINEAR = 20.0  # the exponent's clamp: above it, n / (n + 2) is 1 in float32
+MISH_THRESHOLD = 9.0  # a softplus threshold from which on tanh(x) and tanh(softplus(x)) are 1 in float32
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
@@ -44,7 +45,8 @@ def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
 def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> te.Tensor:
     """log(1 + exp(beta x)) / beta, x where beta x > threshold (topi.nn.softplus), as
     max(beta x, 0) + log1p(exp(-|beta x|)) with topi.fast_exp and `_log1p_unit`: max relative
-    error 2.5e-7 on [-100, 100] against float64 (PyTorch's: 1.2e-7)."""
+    error 2.5e-7 against float64 where the result is above 1e-30 (beta x > -69; PyTorch's:
+    1.2e-7); below beta x = -87, fast_exp's underflow makes it 0 (absolute error < 1e-37)."""
     e = topi.fast_exp(te.compute(x.shape, lambda *i: -tirx.abs(x(*i) * beta), name="T_softplus_exponent"))
 
     def softplus(*i):
@@ -56,8 +58,9 @@ def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> t
 
 def fast_mish(x: te.Tensor) -> te.Tensor:
     """x tanh(softplus(x)) as x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) spelt out),
-    e^x by topi.fast_exp of min(x, 20): max relative error 3e-7 on [-100, 100] against
-    float64 (PyTorch's: 2.6e-7)."""
+    e^x by topi.fast_exp of min(x, 20): max relative error 3e-7 against float64 where the
+    result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, fast_exp's
+    underflow makes it 0 (absolute error < 1e-36)."""
     e = topi.fast_exp(te.compute(x.shape, lambda *i: tirx.min(x(*i), MISH_LINEAR), name="T_mish_exponent"))
 
     def mish(*i):
@@ -100,8 +103,9 @@ def _log1p_exp_of(var2val: dict, call) -> relax.Expr | None:
 
 def softplus_parts(var2val: dict, call) -> tuple[relax.Expr, float, float] | None:
     """(x, beta, threshold) where `call` computes softplus(x): relax.nn.softplus; PyTorch's
-    decomposition, where(beta x > threshold, x, log(1 + exp(beta x)) / beta); or TVM's ONNX
-    Mish's log(1 + exp(x)) (no threshold: infinite)."""
+    decomposition, where(beta x > threshold, x, log(1 + exp(beta x)) / beta); or any
+    log(1 + exp(x)) (TVM's ONNX Mish and Softplus spell it so; no threshold: infinite, and
+    x itself where exp(x) would overflow to inf)."""
     name = op_name(call)
     if name == SOFTPLUS:
         return call.args[0], float(call.attrs.beta), float(call.attrs.threshold)
@@ -111,20 +115,32 @@ def softplus_parts(var2val: dict, call) -> tuple[relax.Expr, float, float] | Non
     if name != "relax.where" or (greater := _bound(var2val, call.args[0], "relax.greater")) is None:
         return None
     z, threshold, x, soft = greater.args[0], _scalar(greater.args[1]), call.args[1], var2val.get(call.args[2])
-    beta = 1.0
+    divisor = 1.0
     if op_name(soft) == "relax.divide":
-        beta, soft = _scalar(soft.args[1]), var2val.get(soft.args[0])
-    scaled = _bound(var2val, z, "relax.multiply")
-    x_of_z = z if scaled is None else scaled.args[0]
-    if scaled is not None and _scalar(scaled.args[1]) != beta:
-        return None
-    if threshold is None or beta is None or not x_of_z.same_as(x) or not _same(_log1p_exp_of(var2val, soft), z):
+        divisor, soft = _scalar(soft.args[1]), var2val.get(soft.args[0])
+    x_of_z, beta = _scaled(var2val, z)
+    if threshold is None or divisor != beta or not x_of_z.same_as(x) or not _same(_log1p_exp_of(var2val, soft), z):
         return None
     return x, beta, threshold
 
 
+def _scaled(var2val: dict, z) -> tuple[relax.Expr, float]:
+    """(x, beta) where `z` is x * beta or beta * x of a scalar constant beta, else (z, 1)."""
+    product = _bound(var2val, z, "relax.multiply")
+    for x, beta in () if product is None else (product.args, product.args[::-1]):
+        if (value := _scalar(beta)) is not None:
+            return x, value
+    return z, 1.0
+
+
 def _same(a, b) -> bool:
     return a is not None and a.same_as(b)
+
+
+def _same_shape(call: relax.Call, x: relax.Expr) -> bool:
+    """Whether `call`'s result has x's shape (a constant of shape [1, 1] in the sum broadcasts)."""
+    shape, x_shape = tensor_shape(call), tensor_shape(x)
+    return shape is not None and x_shape is not None and same_dims(shape, x_shape)
 
 
 def mish_input(var2val: dict, call: relax.Call) -> relax.Expr | None:
@@ -135,7 +151,7 @@ def mish_input(var2val: dict, call: relax.Call) -> relax.Expr | None:
     for x, gate in (call.args, call.args[::-1]):
         tanh = _bound(var2val, gate, "relax.tanh")
         parts = None if tanh is None else softplus_parts(var2val, var2val.get(tanh.args[0]))
-        if parts is not None and parts[0].same_as(x) and parts[1] == 1.0 and parts[2] >= MISH_LINEAR / 2:
+        if parts is not None and parts[0].same_as(x) and parts[1] == 1.0 and parts[2] >= MISH_THRESHOLD:
             return x
     return None
 
@@ -151,9 +167,9 @@ class _FastMath(PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         if str(getattr(call.ty, "dtype", "")) == "float32":  # Mish and softplus, found in the original bindings
-            if (x := mish_input(self.var2val, call)) is not None:
+            if (x := mish_input(self.var2val, call)) is not None and _same_shape(call, x):
                 return self.builder_.call_te(fast_mish, self.visit_expr(x), primfunc_name_hint="fast_mish")
-            if (parts := softplus_parts(self.var2val, call)) is not None:
+            if (parts := softplus_parts(self.var2val, call)) is not None and _same_shape(call, parts[0]):
                 x, beta, threshold = parts
                 return self.builder_.call_te(
                     fast_softplus, self.visit_expr(x), beta, threshold, primfunc_name_hint="fast_softplus"
@@ -186,9 +202,10 @@ class FastMath:
     These are the ops that run over whole activations, as the epilogue of the conv or dense
     kernel before them: GELU (x * (1 + erf(x / sqrt(2))) / 2, exact in form; fast_erf's max
     abs error is 3.7e-7), softmax over attention scores, the sigmoid of SiLU/swish and of
-    squeeze-excite gates, softplus and Mish (x tanh(softplus(x)), matched whole:
-    `mish_input`). TVM's own FastMathTransform also swaps every exp; a plain exp or log keeps
-    libm's, whose overflow to inf and log of 0 some models rely on."""
+    squeeze-excite gates, softplus (any log(1 + exp(x)) among its forms: `softplus_parts`)
+    and Mish (x tanh(softplus(x)), matched whole: `mish_input`). TVM's own FastMathTransform
+    also swaps every exp; any other exp or log keeps libm's, whose overflow to inf and log of
+    0 some models rely on."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return rewrite_functions(_FastMath, mod)

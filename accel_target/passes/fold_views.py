@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import tvm
 from tvm import relax
+from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy import dense as dense_strategy  # its names read at call time: a reload replaces them
@@ -66,15 +67,16 @@ def _steps(call: relax.Call) -> tuple | None:
     if name == SQUEEZE:
         axis = call.attrs.axis
         return (("squeeze", None if axis is None else tuple(int(a) for a in axis)),)
-    if name == SLICE and len(call.args) == 5:
-        axes, begin, end, strides = (_ints(arg) for arg in call.args[1:])
+    if name == SLICE and len(call.args) in (4, 5):  # strides left out: all 1
+        axes, begin, end, *strides = (_ints(arg) for arg in call.args[1:])
+        strides = strides[0] if strides else None if axes is None else (1,) * len(axes)
         if None in (axes, begin, end, strides):
             return None
         return (("strided_slice", begin, end, strides, axes, bool(call.attrs.assume_inbound)),)
     if name == TAKE:  # one index of an axis (torch's unbind): that slice, squeezed
-        index, shape = call.args[1], tensor_shape(call.args[0])
-        axis = int(call.attrs.axis) % len(shape) if shape is not None else None
-        if not isinstance(index, tvm.ir.expr.Constant) or axis is None or not isinstance(shape[axis], int):
+        index, shape, axis = call.args[1], tensor_shape(call.args[0]), call.attrs.axis
+        axis = None if shape is None or axis is None else int(axis) % len(shape)  # no axis: a flat take
+        if not isinstance(index, Constant) or axis is None or not isinstance(shape[axis], int):
             return None
         value = constant_array(index)
         if value.ndim != 0 or not 0 <= int(value) < shape[axis]:
@@ -86,8 +88,8 @@ def _steps(call: relax.Call) -> tuple | None:
 
 def view_chain(var2val: dict, expr: relax.Expr) -> tuple[relax.Expr, tuple, list] | None:
     """(source, steps from it to `expr`, the variables bound along the way) for an `expr`
-    bound to a chain of layout ops that copies at run time (holds a permute or a slice); None
-    for any other."""
+    bound to a chain of layout ops that copies at run time (holds one of MATERIALIZED) from a
+    tensor of known shape that is no constant; None for any other."""
     steps, names, bound = [], [], []
     while isinstance(expr, relax.Var) and expr in var2val:
         value = var2val[expr]
@@ -100,9 +102,7 @@ def view_chain(var2val: dict, expr: relax.Expr) -> tuple[relax.Expr, tuple, list
         steps += reversed(more)
         names.append(op_name(value))
         expr = value.args[0]
-    if not any(name in MATERIALIZED for name in names) or tensor_shape(expr) is None:
-        return None
-    if isinstance(expr, tvm.ir.expr.Constant):
+    if not any(name in MATERIALIZED for name in names) or tensor_shape(expr) is None or isinstance(expr, Constant):
         return None
     return expr, tuple(reversed(steps)), bound
 
@@ -131,7 +131,7 @@ def _permuted_result(var2val: dict, users: dict, matmul_var: relax.Var) -> tuple
     batch, user, reshaped_var = shape[:-2], users.get(matmul_var, []), None
     if len(user) != 1 or user[0] is None:
         return None
-    value = var2val[user[0]]
+    value = var2val.get(user[0])  # (none for a match_cast)
     if op_name(value) == RESHAPE:
         reshaped = tensor_shape(value)
         if reshaped is None or len(users.get(user[0], [])) != 1 or not same_dims(reshaped[-2:], shape[-2:]):
@@ -139,7 +139,7 @@ def _permuted_result(var2val: dict, users: dict, matmul_var: relax.Var) -> tuple
         reshaped_var, batch, user = user[0], reshaped[:-2], users[user[0]]
         if user[0] is None:
             return None
-        value = var2val[user[0]]
+        value = var2val.get(user[0])
     if op_name(value) != PERMUTE:
         return None
     axes = permute_axes(value)
@@ -206,8 +206,9 @@ class _FoldViews(PyExprMutator):
         return None
 
 
-# host variable -> (the matmul's variable, the variables whose ops its kernel took in), for
-# the report (accel_target.reporting): filled by each run of the pass in an open `noting_folds`
+# host variable -> (the matmul's variable, the variables whose ops its kernel may take in),
+# for the report (accel_target.reporting, which keeps those the legalized module no longer
+# binds): filled by each run of the pass in an open `noting_folds`
 _FOLDS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("accel_folds", default=None)
 
 
@@ -229,19 +230,17 @@ def fold_views(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     log = _FOLDS.get()
     if log is not None:
         log.clear()
-    folded = []
+    folded, asked = [], False
     for gvar, func in list(mod.functions_items()):
         if not isinstance(func, relax.Function):
             continue
         requests = _requests(func)
         if requests:
+            asked = True
             mutator_ = _FoldViews(mod, requests)
             mutator_.builder_.update_func(gvar, mutator_.visit_expr(func))
             mod = mutator_.builder_.get()
             folded += mutator_.folded
-    mod = relax.transform.DeadCodeElimination()(mod)
     if log is not None:
-        bound = {b.var for f in mod.functions.values() if isinstance(f, relax.Function) for b in _bindings(f)}
-        for host, request in folded:
-            log[host] = (request.matmul, [v for v in request.members if v not in bound or v.same_as(host)])
-    return mod
+        log.update((host, (request.matmul, request.members)) for host, request in folded)
+    return relax.transform.DeadCodeElimination()(mod) if asked else mod  # the chains and kernels left unread

@@ -14,7 +14,7 @@ import accel_target
 from accel_target.passes.fast_math import fast_mish, fast_softplus
 from tests.helpers import assert_close, float_onnx_model, run_executable, run_primfunc
 
-# every float32 from far in the negative tail, through 0, to past the linear thresholds
+# from far in the negative tail, through 0 (finely), to past the linear thresholds
 X = np.concatenate([np.linspace(-100, 100, 20001), np.linspace(-1e-3, 1e-3, 201)]).astype("float32")
 
 
@@ -38,7 +38,8 @@ def test_vector_form_is_within_a_few_ulps_of_float64(name):
     out = run_primfunc(te.create_prim_func([x, compute(x)]), [X], X.shape)
     expected = reference(X.astype(np.float64))
     assert not np.isnan(out).any()
-    relevant = np.abs(expected) > 1e-30  # fast_exp keeps e^-88 where libm's exp is 0
+    relevant = np.abs(expected) > 1e-30  # below x = -87 fast_exp underflows: the result is 0
+    assert np.abs(out - expected)[~relevant].max() < 1e-36
     relative = np.abs(out - expected)[relevant] / np.abs(expected)[relevant]
     assert relative.max() < max_relative, X[relevant][np.argmax(relative)]
 
@@ -85,3 +86,30 @@ def test_a_softplus_read_by_something_else_is_kept():
     expected = Both()(x)
     assert_close(mish.numpy(), expected[0].numpy())
     assert_close(soft.numpy(), expected[1].numpy())
+    kernels = _kernel_names(executable)
+    assert any("fast_mish" in k for k in kernels) and any("fast_softplus" in k for k in kernels), kernels
+
+
+def _where_softplus(numerator_scale: float, divisor: float) -> tvm.IRModule:
+    """where(x > 20, x, log(1 + exp(s x)) / d): PyTorch's softplus decomposition when s = d."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 50), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            z = bb.emit(relax.op.multiply(x, relax.const(numerator_scale, "float32")))
+            soft = bb.emit(relax.op.log(bb.emit(relax.op.add(bb.emit(relax.op.exp(z)), relax.const(1.0, "float32")))))
+            soft = bb.emit(relax.op.divide(soft, relax.const(divisor, "float32")))
+            big = bb.emit(relax.op.greater(z, relax.const(20.0, "float32")))
+            out = bb.emit_output(relax.op.where(big, x, soft))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("scale, divisor", [(2.0, 2.0), (1.0, 2.0), (2.0, 1.0)])
+def test_a_softplus_spelt_out_is_found_with_its_own_beta_alone(scale, divisor):
+    x = (np.random.default_rng(1).standard_normal((4, 50)) * 5).astype("float32")
+    executable = accel_target.build(_where_softplus(scale, divisor))
+    z = scale * x.astype(np.float64)
+    assert_close(run_executable(executable, x), np.where(z > 20, x, np.log1p(np.exp(z)) / divisor))
+    # (a mismatched one still has its log(1 + exp(s x)) as a softplus of s x, inside the where)
+    assert any("fast_softplus" in k for k in _kernel_names(executable))

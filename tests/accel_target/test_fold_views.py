@@ -176,3 +176,23 @@ def test_grouped_query_heads_are_read_in_place():
     calls = accel_target.report(executable).kernels.calls
     assert accel_target.report(executable).kernels.activation_transforms == 0, calls
     assert not any("broadcast" in k for k in calls), calls
+
+
+class _ResultReadTwice(nn.Module):
+    """P @ V whose result is read by the head merge's permute and by a sum: the kernel writes it
+    unpermuted and the permute stays."""
+
+    def forward(self, p, v):
+        out = p @ v
+        return out.transpose(1, 2).reshape(1, 12, 32), out.sum()
+
+
+def test_a_result_read_by_more_than_its_permute_is_written_as_it_is():
+    inputs = (torch.randn(1, 4, 12, 12), torch.randn(1, 4, 12, 8))
+    model = _ResultReadTwice()
+    executable = accel_target.build(accel_target.from_torch(model, inputs))
+    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
+    for out, ref in zip(got, model(*inputs)):
+        assert_close(out.numpy(), ref.numpy())
+    assert accel_target.report(executable).kernels.activation_transforms == 1
