@@ -15,6 +15,7 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
   computes in, Python scalars too (accel_target/frontends/torch_promote.py): TVM's converters gave a scalar the
   tensor's dtype and divided integers as integers, silently.
 - Nearest and bilinear interpolation as PyTorch defines them (accel_target/frontends/torch_resize.py).
+- ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.
 - Every indexing op the importer emits checked (accel_target/passes/indexing.py): PyTorch's negative
@@ -260,8 +261,27 @@ def grid_sample(node, importer) -> relax.Expr:
     return theirs_with(node, importer, node.args[1], permuted)
 
 
+def elu(node, importer) -> relax.Expr:
+    """aten.elu(x, alpha=1, scale=1, input_scale=1): scale * x where x > 0, else
+    scale * alpha * (exp(input_scale * x) - 1). TVM's converter drops scale and input_scale,
+    so SELU, which PyTorch decomposes to an elu of scale 1.0507, came out 5% too small,
+    silently."""
+    x = importer.env[node.args[0]]
+    alpha, scale, input_scale = (float(_scalar(node, i, key, 1.0)) for i, key in enumerate(ELU_ARGS, 1))
+    dtype = str(x.ty.dtype)
+    const = lambda value: relax.const(value, dtype)  # noqa: E731
+    exp = relax.op.exp(relax.op.multiply(x, const(input_scale)))
+    negative = relax.op.multiply(relax.op.subtract(exp, const(1.0)), const(scale * alpha))
+    return importer.block_builder.emit(
+        relax.op.where(relax.op.greater(x, const(0.0)), relax.op.multiply(x, const(scale)), negative)
+    )
+
+
+ELU_ARGS = ("alpha", "scale", "input_scale")
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
+    "elu.default": elu,
     "cumsum.default": cumsum,
     "index.Tensor": index_tensor,
     "cat.default": cat,
