@@ -35,6 +35,7 @@ from strategy.layout import WEIGHT_TRANSFORM
 from topi_accel.epilogue import IMPL
 
 from .declines import Decline
+from .passes.relax_util import bindings as _bindings
 
 TRANSFORM_KERNELS = ("transpose", "layout_transform")
 # kinds of OpRow: an accel kernel; TVM's kernel although an accel implementation exists (reason
@@ -167,10 +168,6 @@ class OpRow:
     kernel: str
     reason: str = ""
     skipped: tuple[tuple[str, str], ...] = ()  # (implementation, why not) tried before, best first
-
-
-def _bindings(func: relax.Function) -> list[relax.VarBinding]:
-    return [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
 
 
 def _layouts(call: relax.Call) -> str:

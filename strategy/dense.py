@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import tvm
-from tvm import relax, te
+from tvm import relax
 
 import topi_accel
 
@@ -152,7 +152,7 @@ def _read_views(
     bb: relax.BlockBuilder, requested: MatmulViews, operands: list, shapes: list, dims: KernelDims
 ) -> tuple[list, list]:
     """(the kernel's arguments, the View of each or None): a requested view where the kernel
-    reads it without dividing its indices (topi_accel.views.reads_directly), else the operand
+    reads it without dividing its indices (topi_accel.views.reads), else the operand
     flattened to 3-D as it is."""
     args, views = [], []
     for operand, requested_view, shape in zip(operands, (requested.a, requested.b), shapes):
@@ -160,7 +160,7 @@ def _read_views(
         if requested_view is not None:
             source, steps = requested_view
             candidate = _kernel_view(source, steps, tuple(dims(d) for d in shape), dims)
-            if topi_accel.views.reads_directly(topi_accel.views.apply(candidate, te.placeholder(candidate.shape))):
+            if topi_accel.views.reads(candidate).direct:
                 view, operand = candidate, source
         if view is None and len(tensor_shape(operand)) != 3:
             operand = bb.emit(reshape(bb, operand, list(shape)))

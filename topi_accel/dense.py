@@ -378,7 +378,7 @@ def batch_matmul_kn_func(
         source = te.placeholder(shape if view is None else view.shape, dtype, name=name)
         operands.append((source, source if view is None else views.apply(view, source)))
     (a_source, a), (b_source, b) = operands
-    rows_contiguous = b_view is None or views.unit_stride_last(b)
+    rows_contiguous = b_view is None or views.reads(b_view).unit_stride_last
     out = batch_matmul_kn(a, b, cfg, batch, not rows_contiguous, out_axes)
     func = prim_func([a_source, b_source], out)
     if a_view is not None or b_view is not None:

@@ -10,13 +10,14 @@ directly: ``q[h, s, d]`` is ``qkv[s, h * D + d]``.
 
 The steps are TVM's own TOPI computes for the Relax ops (``permute_dims``, ``strided_slice``,
 ``squeeze``, ``broadcast_to``; ``reshape`` indexes each group of equal-size axes on its own),
-so a view reads exactly what the materialized ops would have written. `unit_stride_last`
-says whether the view's last axis is consecutive in the source (a kernel loading it as
-vectors reads whole vectors) or needs packing first.
+so a view reads exactly what the materialized ops would have written. `reads` says whether
+a kernel reads the view without dividing its indices, and whether the view's last axis is
+consecutive in the source (vector loads of it are whole) or needs packing first.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import tvm
@@ -118,6 +119,9 @@ def _reshape(tensor: te.Tensor, shape: list) -> te.Tensor:
 
 
 def _substitute(expr, mapping: dict):
+    """`expr` with the variables of `mapping` replaced, as it is (tir_passes.blocks.substitute
+    goes through PrimFunc.specialize, after which a symbolic view's last index no longer reads
+    as linear to detect_linear_equation)."""
     return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: mapping.get(v, v)), order="post")
 
 
@@ -134,17 +138,36 @@ def _source_indices(tensor: te.Tensor, indices: list) -> list | None:
     return indices
 
 
-def _simplified_reads(tensor: te.Tensor) -> tuple[list, list] | None:
-    """(index variables of `tensor`, the source indices they read, simplified within the
-    tensor's shape); None where the view is not a chain of loads."""
+@dataclass(frozen=True)
+class Reads:
+    """How a kernel reads a view of [B, M, K] or [B, K, N]. direct: at source indices without a
+    division or remainder of its row or column index, so that it pays no more per element than
+    reading a tensor (a division of the matrix index B is made once per tile). unit_stride_last:
+    consecutive elements of the last axis are consecutive in the source (the source's last
+    index moves by one with it, no other index moves), so vector loads of it are whole."""
+
+    direct: bool
+    unit_stride_last: bool
+
+
+@functools.lru_cache(maxsize=256)  # the strategy and the kernel's builder ask of the same views
+def reads(view: View) -> Reads:
+    """How `view` is read (see Reads), from its source indices as TVM's analyzer simplifies them."""
+    tensor = apply(view, te.placeholder(view.shape, name="source"))
     variables = [tirx.Var(f"i{a}", size.ty.dtype) for a, size in enumerate(tensor.shape)]
     indices = _source_indices(tensor, variables)
     if indices is None:
-        return None
+        return Reads(False, False)
     analyzer = Analyzer()
     for var, size in zip(variables, tensor.shape):
         analyzer.bind(var, tvm.ir.Range(0, size))
-    return variables, [analyzer.simplify(i) for i in indices]
+    *leading, final = (analyzer.simplify(i) for i in indices)
+    direct = not any(_divides(i, variables[1:]) for i in (*leading, final))
+    last = variables[-1]
+    coefficients = detect_linear_equation(final, [last])
+    unit_stride = len(coefficients) == 2 and analyzer.can_prove_equal(coefficients[0], 1)
+    unit_stride = unit_stride and not any(v.same_as(last) for i in leading for v in tirx.analysis.undefined_vars(i))
+    return Reads(direct, unit_stride)
 
 
 def _divides(expr, variables: list) -> bool:
@@ -159,30 +182,6 @@ def _divides(expr, variables: list) -> bool:
 
     tvm_ffi.structural_map(expr, (division, note), order="post")
     return bool(found)
-
-
-def reads_directly(tensor: te.Tensor) -> bool:
-    """Whether `tensor` (`apply`'s result, [B, M, K] or [B, K, N]) reads its source at indices
-    without a division or remainder of its row or column index: a kernel reading the view pays
-    no more per element than reading a tensor (a division of the matrix index B is made once
-    per tile)."""
-    reads = _simplified_reads(tensor)
-    return reads is not None and not any(_divides(i, reads[0][1:]) for i in reads[1])
-
-
-def unit_stride_last(tensor: te.Tensor) -> bool:
-    """Whether consecutive elements of `tensor`'s last axis (`apply`'s result) are consecutive
-    elements of its source: the source's last index moves by one with it, no other index
-    moves."""
-    reads = _simplified_reads(tensor)
-    if reads is None:
-        return False
-    variables, (*leading, final) = reads
-    last = variables[-1]
-    coefficients = detect_linear_equation(final, [last])
-    if len(coefficients) != 2 or not Analyzer().can_prove_equal(coefficients[0], 1):
-        return False
-    return not any(v.same_as(last) for i in leading for v in tirx.analysis.undefined_vars(i))
 
 
 def inline_views(sch: s_tir.Schedule, keep: tuple[str, ...]) -> None:

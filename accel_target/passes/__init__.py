@@ -14,9 +14,10 @@ In pipeline order (accel_target.pipeline: graph_passes, legalize_passes, kernel_
     constants             BindConstantSizes: shape variables known at compile time become numbers
     pad_as_conv           PadAsConv: NCHW zero pads as identity convs, through ConvertLayout
     fold_subgraphs        FoldConstantSubgraphs: whatever depends on constants alone, folded by one build
-    fast_math             FastMath: float32 GELU and softmax with fast_erf / fast_exp
+    fast_math             FastMath: float32 GELU, softmax, sigmoid, tanh, softplus, Mish as vector code
     read_input_nchw       ReadInputNCHW: the first conv reads the NCHW image, not its transpose
     microbatch            MicroBatch: a batch's leading layers run one sample at a time
+    fold_views            FoldViews: batch matmuls read their operands' layout ops in place (before LegalizeOps)
     constants             ShareConstants: equal tensor constants become one (after LegalizeOps)
     constants             EmptyConstantsAtRunTime: a constant of no element made by a kernel
     inplace               WriteInPlace: a kernel writes its output over a residual that dies with it

@@ -30,7 +30,7 @@ from strategy import dense as dense_strategy  # its names read at call time: a r
 from strategy.dispatch import dispatch
 from strategy.layout import constant_array, same_dims, tensor_shape
 
-from .relax_util import PERMUTE, RESHAPE, op_name, permute_axes
+from .relax_util import PERMUTE, RESHAPE, bindings, op_name, permute_axes
 
 MATMUL = "relax.matmul"
 SLICE = "relax.strided_slice"
@@ -107,15 +107,11 @@ def view_chain(var2val: dict, expr: relax.Expr) -> tuple[relax.Expr, tuple, list
     return expr, tuple(reversed(steps)), bound
 
 
-def _bindings(func: relax.Function) -> list:
-    return [binding for block in func.body.blocks for binding in block.bindings]
-
-
 def _users(func: relax.Function) -> dict:
     """Each variable of `func`: the variables bound to expressions that read it (the
     function's result counts as a reader, None)."""
     users: dict = {}
-    for binding in _bindings(func):
+    for binding in bindings(func):
         for var in relax.analysis.free_vars(binding.value):
             users.setdefault(var, []).append(binding.var)
     for var in relax.analysis.free_vars(func.body.body):

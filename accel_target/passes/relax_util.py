@@ -31,6 +31,11 @@ def rewrite_functions(mutator_class, mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
+def bindings(func: relax.Function) -> list[relax.VarBinding]:
+    """The variable bindings of `func`'s body, block after block."""
+    return [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
+
+
 def bound(mutator: PyExprMutator, expr):
     """What a variable is bound to in `mutator`'s builder (None for a non-variable)."""
     return mutator.lookup_binding(expr) if isinstance(expr, relax.Var) else None

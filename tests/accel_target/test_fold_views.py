@@ -14,7 +14,7 @@ import accel_target
 import topi_accel
 from tests.helpers import assert_close, rand, run_executable, run_primfunc
 from tests.models.classic import EncoderLayer
-from topi_accel.views import View, apply, reads_directly, unit_stride_last
+from topi_accel.views import View, apply, reads
 
 QKV = (("reshape", (1, 16, 3, 2, 8)), ("transpose", (2, 0, 3, 1, 4)))  # [16, 48]: S 16, 2 heads of 8
 
@@ -46,21 +46,19 @@ CHAINS = [
 @pytest.mark.parametrize("steps, reference, direct, unit_stride", CHAINS)
 def test_view_reads_what_the_layout_ops_compute(steps, reference, direct, unit_stride):
     x = rand(16, 48)
-    source = te.placeholder((16, 48), "float32", name="x")
-    view = apply(View((16, 48), QKV + steps), source)
+    source, chain = te.placeholder((16, 48), "float32", name="x"), View((16, 48), QKV + steps)
     expected = reference(_numpy_qkv(x))
-    func = te.create_prim_func([source, view])
+    func = te.create_prim_func([source, apply(chain, source)])
     np.testing.assert_array_equal(run_primfunc(func, [x], expected.shape), expected)
-    assert reads_directly(view) == direct
-    assert unit_stride_last(view) == unit_stride
+    assert reads(chain).direct == direct
+    assert reads(chain).unit_stride_last == unit_stride
 
 
 def test_a_symbolic_sequence_is_read_without_dividing_by_it():
     s = tirx.Var("s", "int64")
-    source = te.placeholder((s, 48), "float32", name="x")
     split = (("reshape", (1, s, 3, 2, 8)), ("transpose", (2, 0, 3, 1, 4)), *_slice(2), ("reshape", (2, s, 8)))
-    view = apply(View((s, 48), split), source)
-    assert reads_directly(view) and unit_stride_last(view)
+    chain = View((s, 48), split)
+    assert reads(chain).direct and reads(chain).unit_stride_last
 
 
 def test_batch_matmul_reads_views_and_writes_its_result_permuted():
