@@ -3,7 +3,11 @@ table, and PyTorch-computed constants for what depends on no input.
 
 - Decompositions: PyTorch's default table but for ``scaled_dot_product_attention``,
   which stays one node (its decomposition fails to re-trace GPT-2 at batch 2, and
-  hides the two products of attention behind broadcasts and reshapes).
+  hides the two products of attention behind broadcasts and reshapes), and for
+  ``nn.Unfold`` / ``nn.Fold`` into non-overlapping patches (kernel = stride, no padding or
+  dilation, the size a multiple of the kernel: MobileViT-v2's patches), which are a reshape
+  and a permute, not PyTorch's gather / scatter-add over index arrays: the layout passes carry
+  reshapes and permutes, so such a block runs in NHWC with one transpose each way.
 - Input-independent subgraphs (a decoder's causal mask, built from ``arange``,
   ``diff``, ``cumsum`` and broadcast indexing; Llama's rotary cos/sin tables) are
   computed by PyTorch itself at import and enter the module as constants. TVM's
@@ -38,7 +42,49 @@ def decompositions() -> dict:
 
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    for op, tiled in ((torch.ops.aten.im2col.default, _unfold_tiles), (torch.ops.aten.col2im.default, _fold_tiles)):
+        table[op] = _when_tiling(tiled, table[op])
     return table
+
+
+def _tiling(size, kernel_size, dilation, padding, stride) -> bool:
+    """Patches of `kernel_size` that tile a static `size` exactly, without overlap or gaps."""
+    return (
+        list(dilation) == [1, 1]
+        and list(padding) == [0, 0]
+        and list(stride) == list(kernel_size)
+        and all(isinstance(n, int) and n % k == 0 for n, k in zip(size, kernel_size))
+    )
+
+
+def _when_tiling(tiled: Callable, general: Callable) -> Callable:
+    """An im2col / col2im decomposition: `tiled` where the patches tile the image, else `general`."""
+
+    def decompose(input, *args):
+        size = input.shape[-2:] if len(args) == 4 else args[0]  # im2col's image, col2im's output_size
+        return tiled(input, *args) if _tiling(size, *args[-4:]) else general(input, *args)
+
+    return decompose
+
+
+def _unfold_tiles(image, kernel_size, dilation, padding, stride):
+    """[..., C, H, W] -> [..., C*kh*kw, (H/kh)*(W/kw)], channel-major, row-major patches."""
+    (kh, kw), (h, w) = kernel_size, image.shape[-2:]
+    *lead, c = image.shape[:-2]
+    tiles = image.reshape(*lead, c, h // kh, kh, w // kw, kw)
+    n = len(lead)
+    tiles = tiles.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return tiles.reshape(*lead, c * kh * kw, (h // kh) * (w // kw))
+
+
+def _fold_tiles(columns, output_size, kernel_size, dilation, padding, stride):
+    """The inverse of `_unfold_tiles` (no patch overlaps another, so nothing is summed)."""
+    (kh, kw), (h, w) = kernel_size, output_size
+    *lead, ckk, _ = columns.shape
+    n = len(lead)
+    tiles = columns.reshape(*lead, ckk // (kh * kw), kh, kw, h // kh, w // kw)
+    tiles = tiles.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return tiles.reshape(*lead, ckk // (kh * kw), h, w)
 
 
 def decomposed(program):

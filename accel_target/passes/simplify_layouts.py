@@ -16,7 +16,8 @@ Wherever they occur, it rewrites:
 - a depthwise 1x1 conv2d with unit weights, stride and dilation into the zero pad it is (see
   `PadAsConv`, which creates them around ConvertLayout); a conv2d of ``x * s``, s a constant
   per input channel (image normalization's scale), into a conv2d of x with its weight scaled;
-- a pad of all-zero widths into its input (a runtime copy otherwise);
+- a pad of all-zero widths into its input (a runtime copy otherwise); a reshape of a reshape
+  into one reshape;
 - squeeze's negative axes into non-negative ones (ConvertLayout fails on them);
 - an elementwise op (`op_kinds.is_elementwise`: what TVM's kernel for it computes, not a list
   of names) of two tensors permuted alike into the permute of the op;
@@ -110,6 +111,15 @@ def simplify_permute(m: PyExprMutator, call: relax.Call) -> relax.Expr:
     if shape is not None and moves_only_unit_axes(shape, axes):
         return relax.op.reshape(data, [shape[a] for a in axes])
     return relax.op.permute_dims(data, axes)
+
+
+def collapse_reshapes(m: PyExprMutator, call: relax.Call) -> relax.Expr | None:
+    """reshape(reshape(x, s1), s2) -> reshape(x, s2): one reshape for FollowLayouts to carry
+    (its rule reads the groups of axes one reshape splits or merges)."""
+    inner = bound(m, call.args[0])
+    if op_name(inner) != RESHAPE:
+        return None
+    return relax.op.reshape(inner.args[0], call.args[1])
 
 
 def reshape_of_permutes(m: PyExprMutator, reshape: relax.Call, axes: list[int]) -> relax.Expr | None:
@@ -409,6 +419,7 @@ ELEMENTWISE_REWRITES = (elementwise_of_permutes, elementwise_before_reshape)
 # op -> its rewrites, in order: the first that returns an expression replaces the call
 REWRITES = {
     PERMUTE: (simplify_permute,),
+    RESHAPE: (collapse_reshapes,),
     PAD: (drop_zero_pad,),
     CLIP: (clip_as_min_max,),
     BROADCAST: (drop_noop_broadcast,),

@@ -146,3 +146,44 @@ def test_elu_family_matches_pytorch(model):
     executable = accel_target.build(accel_target.from_torch(model.eval(), (x,)))
     vm = relax.VirtualMachine(executable, tvm.cpu())
     assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), model(x).numpy())
+
+
+class _Unfold(nn.Module):
+    def __init__(self, fold: bool, kernel, **kwargs):
+        super().__init__()
+        self.fold, self.kernel, self.kwargs = fold, kernel, kwargs
+
+    def forward(self, x):
+        columns = nn.functional.unfold(x, self.kernel, **self.kwargs)
+        if not self.fold:
+            return columns
+        return nn.functional.fold(columns * 2, x.shape[-2:], self.kernel, **self.kwargs)
+
+
+@pytest.mark.parametrize(
+    "fold, shape, kernel, kwargs, tiles",
+    [
+        (True, (2, 8, 6, 6), (3, 2), {"stride": (3, 2)}, True),  # MobileViT-v2's patches
+        (False, (8, 6, 4), 2, {"stride": 2}, True),  # unbatched
+        (True, (1, 8, 6, 4), 2, {}, False),  # overlapping: stride 1, the sum of each overlap
+        (False, (1, 8, 7, 4), 2, {"stride": 2}, False),  # rows left over
+        (True, (1, 4, 6, 6), 2, {"stride": 2, "padding": 1}, False),
+    ],
+    ids=["tiles", "unbatched_tiles", "overlapping", "rows_left_over", "padded"],
+)
+def test_unfold_and_fold_match_pytorch(fold, shape, kernel, kwargs, tiles):
+    """Patches that tile the image are a reshape and a permute (no index arrays); any other
+    unfold / fold is PyTorch's own decomposition."""
+    model, x = _Unfold(fold, kernel, **kwargs), torch.randn(*shape)
+    mod = accel_target.from_torch(model, (x,))
+    gathers = {"relax.take", "relax.index_put", "relax.index_tensor"} & {
+        str(call.op.name) for call in _calls(mod["main"]) if isinstance(call.op, tvm.ir.Op)
+    }
+    assert (not gathers) == tiles, gathers
+    assert_close(_run(_vm(mod), x), model(x).numpy())
+
+
+def _calls(func) -> list:
+    found = []
+    relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
+    return found

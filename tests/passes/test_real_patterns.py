@@ -103,3 +103,33 @@ def test_image_normalization_runs_in_nhwc_its_scale_in_the_first_conv():
     ops = [b.value.op.name for b in bindings if hasattr(b.value, "op") and hasattr(b.value.op, "name")]
     first = ops.index("relax.nn.conv2d")
     assert ops[:first] == ["relax.divide", "relax.subtract"], ops
+
+
+class UnfoldedPatches(nn.Module):
+    """MobileViT-v2's patch block: nn.Unfold into non-overlapping 2x2 patches, [N, C, 4, L]
+    normalized and projected by a 1x1 conv with a residual add, nn.Fold back."""
+
+    def __init__(self, channels=16, patch=2):
+        super().__init__()
+        self.patch = patch
+        self.pre, self.post = nn.Conv2d(channels, channels, 3, padding=1), nn.Conv2d(channels, channels, 1)
+        self.norm, self.proj = nn.GroupNorm(1, channels), nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        x = self.pre(x)
+        n, c, h, w = x.shape
+        p = self.patch
+        patches = nn.functional.unfold(x, p, stride=p).reshape(n, c, p * p, -1)
+        patches = patches + self.proj(self.norm(patches))
+        return self.post(nn.functional.fold(patches.reshape(n, c * p * p, -1), (h, w), p, stride=p))
+
+
+def test_unfolded_patches_fed_nhwc_keep_one_transpose_each_way():
+    """The patches are a regrouping of the spatial axes: unfold and fold are one transpose each,
+    the norm, conv and residual between them run in NHWC (was 4 copies and an index_put)."""
+    torch.manual_seed(0)
+    model, x = randomize_norms(UnfoldedPatches()), torch.randn(1, 16, 8, 12)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", output_layout="NHWC")
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
+    assert accel_target.report(executable).kernels.activation_transforms == 2
