@@ -269,11 +269,13 @@ def elu(node, importer) -> relax.Expr:
     x = importer.env[node.args[0]]
     alpha, scale, input_scale = (float(_scalar(node, i, key, 1.0)) for i, key in enumerate(ELU_ARGS, 1))
     dtype = str(x.ty.dtype)
-    const = lambda value: relax.const(value, dtype)  # noqa: E731
-    exp = relax.op.exp(relax.op.multiply(x, const(input_scale)))
-    negative = relax.op.multiply(relax.op.subtract(exp, const(1.0)), const(scale * alpha))
+
+    def times(value: relax.Expr, factor: float) -> relax.Expr:
+        return value if factor == 1.0 else relax.op.multiply(value, relax.const(factor, dtype))
+
+    negative = times(relax.op.subtract(relax.op.exp(times(x, input_scale)), relax.const(1.0, dtype)), scale * alpha)
     return importer.block_builder.emit(
-        relax.op.where(relax.op.greater(x, const(0.0)), relax.op.multiply(x, const(scale)), negative)
+        relax.op.where(relax.op.greater(x, relax.const(0.0, dtype)), times(x, scale), negative)
     )
 
 

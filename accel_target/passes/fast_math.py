@@ -1,7 +1,9 @@
-"""FastMath: GELU, softmax, sigmoid, SiLU, tanh, erf, softplus and Mish on float32 with TVM's
-vectorizable fast_erf / fast_exp / fast_tanh."""
+"""FastMath: GELU, softmax, sigmoid, SiLU, tanh, erf, softplus, Mish and exp(x) - 1 (ELU,
+SELU, CELU) on float32 with TVM's vectorizable fast_erf / fast_exp / fast_tanh."""
 
 from __future__ import annotations
+
+import math
 
 import tvm
 from tvm import relax, te, tirx, topi
@@ -18,6 +20,12 @@ SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 LOG1P_TERMS = 8  # of 2 atanh(t), t <= 1/3: the first term left out is below 2e-9 of the sum
 MISH_LINEAR = 20.0  # the exponent's clamp: above it, n / (n + 2) is 1 in float32
 MISH_THRESHOLD = 9.0  # a softplus threshold from which on tanh(x) and tanh(softplus(x)) are 1 in float32
+EXPM1_SERIES = 0.5  # |x| below which exp(x) - 1 is its Taylor series (above, the difference loses < 2 bits)
+EXPM1_TERMS = 8  # of the series: the first left out is below 2e-8 of the sum for |x| < 0.5
+# topi's fast_exp_float32: its clamp, log2(e), ln(2) and polynomial
+EXP_CLAMP = 88.3762626647949
+LOG2E, LN2 = 1.44269504088896341, 0.6931471805599453
+EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
@@ -68,6 +76,51 @@ def fast_mish(x: te.Tensor) -> te.Tensor:
         return x(*i) * tirx.Let(n, e(*i) * (e(*i) + 2.0), n / (n + 2.0))
 
     return te.compute(x.shape, mish, name="T_fast_mish", tag=topi.tag.ELEMWISE)
+
+
+def _exp_once(value: tirx.PrimExpr) -> tirx.PrimExpr:
+    """TVM's fast_exp (topi's fast_exp_float32: range reduction by ln 2, degree-7 polynomial,
+    2^n from the exponent bits) reading `value` once: topi.fast_exp reads its input 18 times,
+    so an epilogue that inlines a conv's output into it grows past what the epilogue inlining
+    allows (topi_accel.tir_passes.blocks.MAX_INLINED_NODES) and stays a serial loop nest."""
+    x, n, r = (tirx.Var(name, "float32") for name in ("x", "n", "r"))
+    poly = tirx.const(EXP_POLY[0], "float32")
+    for c in EXP_POLY[1:]:
+        poly = poly * r + c
+    two_n = tirx.reinterpret("float32", tirx.Cast("int32", n + 127.0) << 23)
+    clamped = tirx.max(tirx.min(value, EXP_CLAMP), -EXP_CLAMP)
+    body = (poly * r * r + r + 1.0) * two_n
+    return tirx.Let(x, clamped, tirx.Let(n, tirx.floor(x * LOG2E + 0.5), tirx.Let(r, x - n * LN2, body)))
+
+
+def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
+    """sign * (exp(x) - 1): a Taylor series where |x| < 0.5 (exp(x) - 1 would lose the digits
+    of a small result to the subtraction), else e * e - 1 with e = exp(x / 2) (`_exp_once`),
+    which overflows to inf where exp(x) does (the exponent is clamped to +-88.38). Max relative
+    error against float64 4.2e-7 (libm's expf(x) - 1 loses a small result's digits: 7% off at
+    x = 1e-6)."""
+
+    def expm1(*i):
+        z, e = tirx.Var("z", "float32"), tirx.Var("e", "float32")
+        series = tirx.const(1.0 / math.factorial(EXPM1_TERMS), "float32")
+        for k in range(EXPM1_TERMS - 1, 0, -1):  # z (1 + z (1/2! + z (1/3! + ...)))
+            series = tirx.const(1.0 / math.factorial(k), "float32") + z * series
+        value = tirx.Select(tirx.abs(z) < EXPM1_SERIES, z * series, e * e - 1.0)
+        return sign * tirx.Let(z, x(*i), tirx.Let(e, _exp_once(z * 0.5), value))
+
+    return te.compute(x.shape, expm1, name="T_fast_expm1", tag=topi.tag.ELEMWISE)
+
+
+def expm1_parts(var2val: dict, call) -> tuple[relax.Expr, float] | None:
+    """(x, sign) where `call` is exp(x) - 1 (sign 1; PyTorch's ELU, SELU and CELU) or 1 - exp(x)
+    (sign -1; TVM's ONNX Elu and Selu), else None."""
+    if op_name(call) != "relax.subtract":
+        return None
+    for exp_at, sign in ((0, 1.0), (1, -1.0)):
+        exp = _bound(var2val, call.args[exp_at], "relax.exp")
+        if exp is not None and _scalar(call.args[1 - exp_at]) == 1.0:
+            return exp.args[0], sign
+    return None
 
 
 # an elementwise op -> its vector form (erf itself: GELU as ONNX exporters spell it out)
@@ -174,6 +227,9 @@ class _FastMath(PyExprMutator):
                 return self.builder_.call_te(
                     fast_softplus, self.visit_expr(x), beta, threshold, primfunc_name_hint="fast_softplus"
                 )
+            if (parts := expm1_parts(self.var2val, call)) is not None and _same_shape(call, parts[0]):
+                x, sign = parts
+                return self.builder_.call_te(fast_expm1, self.visit_expr(x), sign, primfunc_name_hint="fast_expm1")
         call = self.visit_expr_post_order(call)
         name = op_name(call)
         if name not in (GELU, SOFTMAX, *ELEMENTWISE) or str(call.ty.dtype) != "float32":
@@ -194,7 +250,7 @@ class _FastMath(PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="FastMath")
 class FastMath:
-    """GELU, softmax, sigmoid, SiLU, tanh, erf, softplus and Mish of float32 tensors with TVM's
+    """GELU, softmax, sigmoid, SiLU, tanh, erf, softplus, Mish and exp(x) - 1 of float32 tensors with TVM's
     vectorizable fast_erf / fast_exp / fast_tanh (topi.fast_erf, topi.nn.fast_softmax,
     topi.fast_exp, topi.fast_tanh) instead of libm's scalar erff / expf / tanhf / logf, which
     LLVM calls one lane at a time.
@@ -203,7 +259,8 @@ class FastMath:
     kernel before them: GELU (x * (1 + erf(x / sqrt(2))) / 2, exact in form; fast_erf's max
     abs error is 3.7e-7), softmax over attention scores, the sigmoid of SiLU/swish and of
     squeeze-excite gates, softplus (any log(1 + exp(x)) among its forms: `softplus_parts`)
-    and Mish (x tanh(softplus(x)), matched whole: `mish_input`). TVM's own FastMathTransform
+    and Mish (x tanh(softplus(x)), matched whole: `mish_input`), and exp(x) - 1 (ELU's
+    negative side, in either order: `expm1_parts`). TVM's own FastMathTransform
     also swaps every exp; any other exp or log keeps libm's, whose overflow to inf and log of
     0 some models rely on."""
 

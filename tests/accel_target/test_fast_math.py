@@ -1,5 +1,5 @@
-"""FastMath's vector forms of softplus and Mish against float64 numpy, and Mish found in the
-forms the importers write (accel_target/passes/fast_math.py)."""
+"""FastMath's vector forms of softplus, Mish and exp(x) - 1 against float64 numpy, and each found
+in the forms the importers write (accel_target/passes/fast_math.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 from tvm import relax, te
 
 import accel_target
-from accel_target.passes.fast_math import fast_mish, fast_softplus
+from accel_target.passes.fast_math import fast_expm1, fast_mish, fast_softplus
 from tests.helpers import assert_close, float_onnx_model, run_executable, run_primfunc
 
 # from far in the negative tail, through 0 (finely), to past the linear thresholds
@@ -28,6 +28,8 @@ CASES = {
     "softplus": (fast_softplus, _softplus, 5e-7),
     "softplus_beta": (lambda x: fast_softplus(x, 2.0, 5.0), lambda x: _softplus(x, 2.0, 5.0), 5e-7),
     "mish": (fast_mish, lambda x: x * np.tanh(_softplus(x)), 5e-7),
+    "expm1": (fast_expm1, np.expm1, 5e-7),  # libm's expf(x) - 1: 7% off at x = 1e-6
+    "one_minus_exp": (lambda x: fast_expm1(x, -1.0), lambda x: -np.expm1(x), 5e-7),
 }
 
 
@@ -36,8 +38,11 @@ def test_vector_form_is_within_a_few_ulps_of_float64(name):
     compute, reference, max_relative = CASES[name]
     x = te.placeholder(X.shape, "float32", name="x")
     out = run_primfunc(te.create_prim_func([x, compute(x)]), [X], X.shape)
-    expected = reference(X.astype(np.float64))
+    with np.errstate(over="ignore"):
+        expected = reference(X.astype(np.float64)).astype(np.float32).astype(np.float64)  # inf past float32
     assert not np.isnan(out).any()
+    assert (np.isinf(out) == np.isinf(expected)).all()
+    out, expected = out[np.isfinite(expected)], expected[np.isfinite(expected)]
     relevant = np.abs(expected) > 1e-30  # below x = -87 fast_exp underflows: the result is 0
     assert np.abs(out - expected)[~relevant].max() < 1e-36
     relative = np.abs(out - expected)[relevant] / np.abs(expected)[relevant]
@@ -68,6 +73,27 @@ def test_onnx_mish_spelt_with_exp_and_log_is_found():
     executable = accel_target.build(mod)
     assert_close(run_executable(executable, x), x * np.tanh(_softplus(x.astype(np.float64))))
     assert any("fast_mish" in k for k in _kernel_names(executable)), _kernel_names(executable)
+
+
+@pytest.mark.parametrize(
+    "op, attributes, reference",
+    [
+        ("Elu", {"alpha": 0.7}, lambda x: np.where(x > 0, x, 0.7 * np.expm1(x))),
+        ("Selu", {}, lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x))),
+    ],
+    ids=["elu", "selu"],
+)
+def test_onnx_elu_spelt_with_one_minus_exp_is_found(op, attributes, reference):
+    """TVM's ONNX Elu and Selu: -alpha * relu(1 - exp(x)) + relu(x), 1 - exp(x) computed as
+    -expm1(x) (accurate near 0, where 1 - expf(x) is not)."""
+    import onnx
+    from onnx import helper
+
+    model = float_onnx_model([helper.make_node(op, ["x"], ["y"], **attributes)], {"x": [2, 300]}, {"y": [2, 300]})
+    x = np.concatenate([np.linspace(-1e-4, 1e-4, 300), np.linspace(-20, 20, 300)]).reshape(2, 300).astype("float32")
+    executable = accel_target.build(accel_target.from_onnx(onnx.load_from_string(model.SerializeToString())))
+    tvm.testing.assert_allclose(run_executable(executable, x), reference(x.astype(np.float64)), rtol=1e-6, atol=0)
+    assert any("fast_expm1" in k for k in _kernel_names(executable)), _kernel_names(executable)
 
 
 def test_a_softplus_read_by_something_else_is_kept():
