@@ -28,16 +28,38 @@ LOG2E, LN2 = 1.44269504088896341, 0.6931471805599453
 EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
+def _exp_once(value: tirx.PrimExpr) -> tirx.PrimExpr:
+    """TVM's fast_exp (topi's fast_exp_float32: range reduction by ln 2, degree-7 polynomial,
+    2^n from the exponent bits; max relative error 4e-6) reading `value` once (bind the result
+    to a variable where it is read more than once: its own are defined once). topi.fast_exp
+    reads its input 18 times: the write-back of a Winograd conv (whose output value is its
+    inverse transform) inlined into each read grew past what epilogue inlining takes
+    (topi_accel.tir_passes.blocks.MAX_INLINED_NODES), and the activation stayed a serial loop
+    nest after the kernel."""
+    x, n, r = (tirx.Var(name, "float32") for name in ("x", "n", "r"))
+    poly = tirx.const(EXP_POLY[0], "float32")
+    for c in EXP_POLY[1:]:
+        poly = poly * r + c
+    two_n = tirx.reinterpret("float32", tirx.Cast("int32", n + 127.0) << 23)
+    clamped = tirx.max(tirx.min(value, EXP_CLAMP), -EXP_CLAMP)
+    body = (poly * r * r + r + 1.0) * two_n
+    return tirx.Let(x, clamped, tirx.Let(n, tirx.floor(x * LOG2E + 0.5), tirx.Let(r, x - n * LN2, body)))
+
+
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
-    """1 / (1 + exp(-x)) with topi.fast_exp (max relative error 1.2e-6, absolute 9e-8, on
-    [-30, 30]; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
-    e = topi.fast_exp(topi.negative(x))
-    return te.compute(x.shape, lambda *i: 1.0 / (1.0 + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
+    """1 / (1 + exp(-x)) with `_exp_once` (max relative error 1.2e-6, absolute 9e-8, on
+    [-30, 30]; the exponent is clamped to +-88.38, so the tails are 1 and ~4e-39)."""
+    return te.compute(x.shape, lambda *i: 1.0 / (1.0 + _exp_once(-x(*i))), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
 
 
 def fast_silu(x: te.Tensor) -> te.Tensor:
     """x * sigmoid(x), the sigmoid as `fast_sigmoid`'s."""
-    return topi.multiply(x, fast_sigmoid(x))
+
+    def silu(*i):
+        v = tirx.Var("v", "float32")
+        return tirx.Let(v, x(*i), v / (1.0 + _exp_once(-v)))
+
+    return te.compute(x.shape, silu, name="T_fast_silu", tag=topi.tag.ELEMWISE)
 
 
 def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -52,45 +74,31 @@ def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> te.Tensor:
     """log(1 + exp(beta x)) / beta, x where beta x > threshold (topi.nn.softplus), as
-    max(beta x, 0) + log1p(exp(-|beta x|)) with topi.fast_exp and `_log1p_unit`: max relative
+    max(beta x, 0) + log1p(exp(-|beta x|)) with `_exp_once` and `_log1p_unit`: max relative
     error 2.5e-7 against float64 where the result is above 1e-30 (beta x > -69; PyTorch's:
-    1.2e-7); below beta x = -87, fast_exp's underflow makes it 0 (absolute error < 1e-37)."""
-    e = topi.fast_exp(te.compute(x.shape, lambda *i: -tirx.abs(x(*i) * beta), name="T_softplus_exponent"))
+    1.2e-7); below beta x = -87, the exponential's underflow makes it 0 (absolute error < 1e-37)."""
 
     def softplus(*i):
-        z = x(*i) * beta
-        return tirx.Select(z > threshold, x(*i), (tirx.max(z, 0.0) + _log1p_unit(e(*i))) / beta)
+        v, e = tirx.Var("v", "float32"), tirx.Var("e", "float32")
+        z = v * beta
+        soft = tirx.Let(e, _exp_once(-tirx.abs(z)), (tirx.max(z, 0.0) + _log1p_unit(e)) / beta)
+        return tirx.Let(v, x(*i), tirx.Select(z > threshold, v, soft))
 
     return te.compute(x.shape, softplus, name="T_fast_softplus", tag=topi.tag.ELEMWISE)
 
 
 def fast_mish(x: te.Tensor) -> te.Tensor:
     """x tanh(softplus(x)) as x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) spelt out),
-    e^x by topi.fast_exp of min(x, 20): max relative error 3e-7 against float64 where the
-    result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, fast_exp's
-    underflow makes it 0 (absolute error < 1e-36)."""
-    e = topi.fast_exp(te.compute(x.shape, lambda *i: tirx.min(x(*i), MISH_LINEAR), name="T_mish_exponent"))
+    e^x by `_exp_once` of min(x, 20): max relative error 3e-7 against float64 where the
+    result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, the
+    exponential's underflow makes it 0 (absolute error < 1e-36)."""
 
     def mish(*i):
-        n = tirx.Var("n", "float32")
-        return x(*i) * tirx.Let(n, e(*i) * (e(*i) + 2.0), n / (n + 2.0))
+        v, e, n = (tirx.Var(name, "float32") for name in ("v", "e", "n"))
+        gate = tirx.Let(e, _exp_once(tirx.min(v, MISH_LINEAR)), tirx.Let(n, e * (e + 2.0), n / (n + 2.0)))
+        return tirx.Let(v, x(*i), v * gate)
 
     return te.compute(x.shape, mish, name="T_fast_mish", tag=topi.tag.ELEMWISE)
-
-
-def _exp_once(value: tirx.PrimExpr) -> tirx.PrimExpr:
-    """TVM's fast_exp (topi's fast_exp_float32: range reduction by ln 2, degree-7 polynomial,
-    2^n from the exponent bits) reading `value` once: topi.fast_exp reads its input 18 times,
-    so an epilogue that inlines a conv's output into it grows past what the epilogue inlining
-    allows (topi_accel.tir_passes.blocks.MAX_INLINED_NODES) and stays a serial loop nest."""
-    x, n, r = (tirx.Var(name, "float32") for name in ("x", "n", "r"))
-    poly = tirx.const(EXP_POLY[0], "float32")
-    for c in EXP_POLY[1:]:
-        poly = poly * r + c
-    two_n = tirx.reinterpret("float32", tirx.Cast("int32", n + 127.0) << 23)
-    clamped = tirx.max(tirx.min(value, EXP_CLAMP), -EXP_CLAMP)
-    body = (poly * r * r + r + 1.0) * two_n
-    return tirx.Let(x, clamped, tirx.Let(n, tirx.floor(x * LOG2E + 0.5), tirx.Let(r, x - n * LN2, body)))
 
 
 def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
