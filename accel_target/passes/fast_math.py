@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -22,34 +23,56 @@ MISH_LINEAR = 20.0  # the exponent's clamp: above it, n / (n + 2) is 1 in float3
 MISH_THRESHOLD = 9.0  # a softplus threshold from which on tanh(x) and tanh(softplus(x)) are 1 in float32
 EXPM1_SERIES = 0.5  # |x| below which exp(x) - 1 is its Taylor series (above, the difference loses < 2 bits)
 EXPM1_TERMS = 8  # of the series: the first left out is below 2e-8 of the sum for |x| < 0.5
-# topi's fast_exp_float32: its clamp, log2(e), ln(2) and polynomial
-EXP_CLAMP = 88.3762626647949
-LOG2E, LN2 = 1.44269504088896341, 0.6931471805599453
-EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
-def _exp_once(value: tirx.PrimExpr) -> tirx.PrimExpr:
-    """TVM's fast_exp (topi's fast_exp_float32: range reduction by ln 2, degree-7 polynomial,
-    2^n from the exponent bits; max relative error 4e-6) reading `value` once (bind the result
-    to a variable where it is read more than once: its own are defined once). topi.fast_exp
-    reads its input 18 times: the write-back of a Winograd conv (whose output value is its
-    inverse transform) inlined into each read grew past what epilogue inlining takes
+def _is_load(node) -> bool:
+    return type(node).__name__ == "Call" and getattr(getattr(node, "op", None), "name", "") == "te.tensor_load"
+
+
+def scalar_form(op, value: tirx.PrimExpr) -> tirx.PrimExpr:
+    """TOPI's elementwise `op` (topi.fast_exp, fast_tanh, fast_erf) of the scalar `value`, which
+    it reads once, each of its stages computed once (let-bound). TOPI's forms read their input
+    many times (fast_exp 18 times); a Winograd conv's output (its inverse transform) inlined
+    into each read grew past what epilogue inlining takes
     (topi_accel.tir_passes.blocks.MAX_INLINED_NODES), and the activation stayed a serial loop
-    nest after the kernel."""
-    x, n, r = (tirx.Var(name, "float32") for name in ("x", "n", "r"))
-    poly = tirx.const(EXP_POLY[0], "float32")
-    for c in EXP_POLY[1:]:
-        poly = poly * r + c
-    two_n = tirx.reinterpret("float32", tirx.Cast("int32", n + 127.0) << 23)
-    clamped = tirx.max(tirx.min(value, EXP_CLAMP), -EXP_CLAMP)
-    body = (poly * r * r + r + 1.0) * two_n
-    return tirx.Let(x, clamped, tirx.Let(n, tirx.floor(x * LOG2E + 0.5), tirx.Let(r, x - n * LN2, body)))
+    nest after the kernel. Bind the result to a variable where it is read more than once (its
+    own variables are defined once)."""
+    source = te.placeholder((1,), "float32", name="value")
+    stages: list[tuple[tirx.Var, tirx.PrimExpr]] = []
+    names: dict = {}
+
+    def stage(tensor) -> tirx.Var:
+        if tensor.op.same_as(source.op):
+            return names.setdefault(source.op, tirx.Var("value", "float32"))
+        if tensor.op not in names:
+            read = lambda node: stage(node.args[0]) if _is_load(node) else node  # noqa: E731
+            body = tvm_ffi.structural_map(tensor.op.body[tensor.value_index], (object, read), order="post")
+            names[tensor.op] = tirx.Var(tensor.op.name, "float32")
+            stages.append((names[tensor.op], body))
+        return names[tensor.op]
+
+    stage(op(source))
+    result = stages[-1][1]
+    for var, body in reversed(stages[:-1]):
+        result = tirx.Let(var, body, result)
+    return tirx.Let(names[source.op], value, result)
+
+
+def read_once(op):
+    """TOPI's elementwise `op` as a TE op of one stage that reads each element once
+    (`scalar_form`)."""
+
+    def compute(x: te.Tensor) -> te.Tensor:
+        return te.compute(x.shape, lambda *i: scalar_form(op, x(*i)), name=f"T_{op.__name__}", tag=topi.tag.ELEMWISE)
+
+    return compute
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
-    """1 / (1 + exp(-x)) with `_exp_once` (max relative error 1.2e-6, absolute 9e-8, on
-    [-30, 30]; the exponent is clamped to +-88.38, so the tails are 1 and ~4e-39)."""
-    return te.compute(x.shape, lambda *i: 1.0 / (1.0 + _exp_once(-x(*i))), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
+    """1 / (1 + exp(-x)) with topi.fast_exp (max relative error 1.2e-6, absolute 9e-8, on
+    [-30, 30]; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
+    sigmoid = lambda *i: 1.0 / (1.0 + scalar_form(topi.fast_exp, -x(*i)))  # noqa: E731
+    return te.compute(x.shape, sigmoid, name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
 
 
 def fast_silu(x: te.Tensor) -> te.Tensor:
@@ -57,7 +80,7 @@ def fast_silu(x: te.Tensor) -> te.Tensor:
 
     def silu(*i):
         v = tirx.Var("v", "float32")
-        return tirx.Let(v, x(*i), v / (1.0 + _exp_once(-v)))
+        return tirx.Let(v, x(*i), v / (1.0 + scalar_form(topi.fast_exp, -v)))
 
     return te.compute(x.shape, silu, name="T_fast_silu", tag=topi.tag.ELEMWISE)
 
@@ -74,14 +97,15 @@ def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> te.Tensor:
     """log(1 + exp(beta x)) / beta, x where beta x > threshold (topi.nn.softplus), as
-    max(beta x, 0) + log1p(exp(-|beta x|)) with `_exp_once` and `_log1p_unit`: max relative
+    max(beta x, 0) + log1p(exp(-|beta x|)) with topi.fast_exp and `_log1p_unit`: max relative
     error 2.5e-7 against float64 where the result is above 1e-30 (beta x > -69; PyTorch's:
-    1.2e-7); below beta x = -87, the exponential's underflow makes it 0 (absolute error < 1e-37)."""
+    1.2e-7); below beta x = -87, fast_exp's underflow makes it 0 (absolute error < 1e-37)."""
 
     def softplus(*i):
         v, e = tirx.Var("v", "float32"), tirx.Var("e", "float32")
         z = v * beta
-        soft = tirx.Let(e, _exp_once(-tirx.abs(z)), (tirx.max(z, 0.0) + _log1p_unit(e)) / beta)
+        exp = scalar_form(topi.fast_exp, -tirx.abs(z))
+        soft = tirx.Let(e, exp, (tirx.max(z, 0.0) + _log1p_unit(e)) / beta)
         return tirx.Let(v, x(*i), tirx.Select(z > threshold, v, soft))
 
     return te.compute(x.shape, softplus, name="T_fast_softplus", tag=topi.tag.ELEMWISE)
@@ -89,13 +113,14 @@ def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> t
 
 def fast_mish(x: te.Tensor) -> te.Tensor:
     """x tanh(softplus(x)) as x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) spelt out),
-    e^x by `_exp_once` of min(x, 20): max relative error 3e-7 against float64 where the
-    result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, the
-    exponential's underflow makes it 0 (absolute error < 1e-36)."""
+    e^x by topi.fast_exp of min(x, 20): max relative error 3e-7 against float64 where the
+    result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, fast_exp's
+    underflow makes it 0 (absolute error < 1e-36)."""
 
     def mish(*i):
         v, e, n = (tirx.Var(name, "float32") for name in ("v", "e", "n"))
-        gate = tirx.Let(e, _exp_once(tirx.min(v, MISH_LINEAR)), tirx.Let(n, e * (e + 2.0), n / (n + 2.0)))
+        exp = scalar_form(topi.fast_exp, tirx.min(v, MISH_LINEAR))
+        gate = tirx.Let(e, exp, tirx.Let(n, e * (e + 2.0), n / (n + 2.0)))
         return tirx.Let(v, x(*i), v * gate)
 
     return te.compute(x.shape, mish, name="T_fast_mish", tag=topi.tag.ELEMWISE)
@@ -103,8 +128,8 @@ def fast_mish(x: te.Tensor) -> te.Tensor:
 
 def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
     """sign * (exp(x) - 1): a Taylor series where |x| < 0.5 (exp(x) - 1 would lose the digits
-    of a small result to the subtraction), else e * e - 1 with e = exp(x / 2) (`_exp_once`),
-    which overflows to inf where exp(x) does (the exponent is clamped to +-88.38). Max relative
+    of a small result to the subtraction), else e * e - 1 with e = topi.fast_exp(x / 2), which
+    overflows to inf where exp(x) does (fast_exp clamps its argument to +-88.38). Max relative
     error against float64 4.2e-7 (libm's expf(x) - 1 loses a small result's digits: 7% off at
     x = 1e-6)."""
 
@@ -114,7 +139,7 @@ def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
         for k in range(EXPM1_TERMS - 1, 0, -1):  # z (1 + z (1/2! + z (1/3! + ...)))
             series = tirx.const(1.0 / math.factorial(k), "float32") + z * series
         value = tirx.Select(tirx.abs(z) < EXPM1_SERIES, z * series, e * e - 1.0)
-        return sign * tirx.Let(z, x(*i), tirx.Let(e, _exp_once(z * 0.5), value))
+        return sign * tirx.Let(z, x(*i), tirx.Let(e, scalar_form(topi.fast_exp, z * 0.5), value))
 
     return te.compute(x.shape, expm1, name="T_fast_expm1", tag=topi.tag.ELEMWISE)
 
@@ -135,8 +160,8 @@ def expm1_parts(var2val: dict, call) -> tuple[relax.Expr, float] | None:
 ELEMENTWISE = {
     "relax.sigmoid": (fast_sigmoid, "fast_sigmoid"),
     "relax.nn.silu": (fast_silu, "fast_silu"),
-    "relax.tanh": (topi.fast_tanh, "fast_tanh"),
-    "relax.erf": (topi.fast_erf, "fast_erf"),
+    "relax.tanh": (read_once(topi.fast_tanh), "fast_tanh"),
+    "relax.erf": (read_once(topi.fast_erf), "fast_erf"),
 }
 
 
@@ -251,7 +276,7 @@ class _FastMath(PyExprMutator):
                 topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax"
             )
         scaled = self.builder_.emit(relax.op.multiply(x, relax.const(SQRT_HALF, "float32")))
-        erf = self.builder_.emit(self.builder_.call_te(topi.fast_erf, scaled, primfunc_name_hint="fast_erf"))
+        erf = self.builder_.emit(self.builder_.call_te(read_once(topi.fast_erf), scaled, primfunc_name_hint="fast_erf"))
         half_x = self.builder_.emit(relax.op.multiply(x, relax.const(0.5, "float32")))
         return relax.op.multiply(half_x, relax.op.add(erf, relax.const(1.0, "float32")))
 

@@ -108,12 +108,15 @@ def test_activation_epilogues_call_no_scalar_libm_function(name, tmp_path):
     by lane: a vector epilogue is the point). The conv is a Winograd one, whose output value
     (its inverse transform) is the largest to inline into an activation's reads."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), ACTIVATIONS[name]()).eval()
-    x = torch.randn(1, 16, 15, 14) * 8
+    model = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), ACTIVATIONS[name]()).eval()
+    x = torch.randn(1, 64, 30, 29) * 8
     mod = accel_target.from_torch(model, (x,))
     executable = accel_target.build(mod)
     with torch.no_grad():
-        assert_close(run_executable(executable, x.numpy()), model(x).numpy())
+        expected, scale = model(x).numpy(), float(model[0](x).abs().max())
+    # the Winograd conv's float32 sums differ from PyTorch's by up to ~3e-6 of its output's
+    # scale, which an activation near 0 passes on (assert_close's scale is the activation's)
+    tvm.testing.assert_allclose(run_executable(executable, x.numpy()), expected, rtol=1e-4, atol=1e-5 * scale)
     (kernel,) = [c for c in accel_target.report(executable).kernels.calls if "conv2d" in c]
     assert kernel.startswith("fused_conv2d_winograd")
     (func,) = [f for g, f in accel_target.optimize(mod).functions_items() if g.name_hint == kernel]
