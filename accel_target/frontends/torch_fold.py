@@ -7,7 +7,8 @@ table, and PyTorch-computed constants for what depends on no input.
   ``nn.Unfold`` / ``nn.Fold`` into non-overlapping patches (kernel = stride, no padding or
   dilation, the size a multiple of the kernel: MobileViT-v2's patches), which are a reshape
   and a permute, not PyTorch's gather / scatter-add over index arrays: the layout passes carry
-  reshapes and permutes, so such a block runs in NHWC with one transpose each way.
+  reshapes and permutes, so such a block runs in NHWC with one transpose each way; and
+  ``nn.RReLU`` in eval mode, which PyTorch's table leaves as it is, as the leaky ReLU it then is.
 - Input-independent subgraphs (a decoder's causal mask, built from ``arange``,
   ``diff``, ``cumsum`` and broadcast indexing; Llama's rotary cos/sin tables) are
   computed by PyTorch itself at import and enter the module as constants. TVM's
@@ -44,7 +45,19 @@ def decompositions() -> dict:
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
     for op, tiled in ((torch.ops.aten.im2col.default, _unfold_tiles), (torch.ops.aten.col2im.default, _fold_tiles)):
         table[op] = _when_tiling(tiled, table[op])
+    table[torch.ops.aten.rrelu_with_noise_functional.default] = _rrelu_in_eval
     return table
+
+
+def _rrelu_in_eval(x, noise, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    """nn.RReLU in eval mode: a leaky ReLU of slope (lower + upper) / 2, as PyTorch defines it
+    (the noise is left as it was). In training mode the slope is random: the op stays, and the
+    importer names it."""
+    import torch
+
+    if training:
+        return NotImplemented
+    return torch.nn.functional.leaky_relu(x, (lower + upper) / 2), noise.clone()
 
 
 def _tiling(size, kernel_size, dilation, padding, stride) -> bool:

@@ -187,3 +187,10 @@ def _calls(func) -> list:
     found = []
     relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
     return found
+
+
+def test_rrelu_in_eval_mode_is_its_leaky_relu():
+    """nn.RReLU in eval mode is a leaky ReLU of slope (lower + upper) / 2 (the importer had no
+    converter for rrelu_with_noise_functional: the model did not import)."""
+    model, x = nn.RReLU(0.1, 0.3).eval(), torch.linspace(-8, 8, 401).reshape(1, 401)
+    assert_close(_run(_vm(accel_target.from_torch(model, (x,))), x), model(x).numpy())
