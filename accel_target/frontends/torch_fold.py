@@ -38,7 +38,9 @@ Converter = Callable[[Any, Any], relax.Expr]
 
 
 def decompositions() -> dict:
-    """PyTorch's default decomposition table without scaled_dot_product_attention."""
+    """PyTorch's default decomposition table without scaled_dot_product_attention, with
+    im2col / col2im as a reshape and a permute where the patches tile the image, and RReLU in
+    eval mode (see the module docstring)."""
     import torch
 
     table = torch.export.default_decompositions()

@@ -30,24 +30,27 @@ def _is_load(node) -> bool:
 
 
 def scalar_form(op, value: tirx.PrimExpr) -> tirx.PrimExpr:
-    """TOPI's elementwise `op` (topi.fast_exp, fast_tanh, fast_erf) of the scalar `value`, which
-    it reads once, each of its stages computed once (let-bound). TOPI's forms read their input
-    many times (fast_exp 18 times); a Winograd conv's output (its inverse transform) inlined
-    into each read grew past what epilogue inlining takes
-    (topi_accel.tir_passes.blocks.MAX_INLINED_NODES), and the activation stayed a serial loop
-    nest after the kernel. Bind the result to a variable where it is read more than once (its
-    own variables are defined once)."""
-    source = te.placeholder((1,), "float32", name="value")
+    """TOPI's elementwise `op` (topi.fast_exp, fast_tanh, fast_erf: one output, each stage
+    reading its input at its own element) of the scalar `value`, which it reads once, TOPI's
+    intermediate tensors let-bound. TOPI's forms read their input many times (fast_exp 18
+    times); a Winograd conv's output (its inverse transform) inlined into each read grew past
+    what epilogue inlining takes (topi_accel.tir_passes.blocks.MAX_INLINED_NODES), and the
+    activation stayed a serial loop nest after the kernel. Bind the result to a variable where
+    it is read more than once (its own variables are defined once)."""
+    dtype = str(value.ty.dtype)
+    source = te.placeholder((1,), dtype, name="value")
     stages: list[tuple[tirx.Var, tirx.PrimExpr]] = []
     names: dict = {}
 
     def stage(tensor) -> tirx.Var:
         if tensor.op.same_as(source.op):
-            return names.setdefault(source.op, tirx.Var("value", "float32"))
+            return names.setdefault(source.op, tirx.Var("value", dtype))
         if tensor.op not in names:
+            if tensor.op.num_outputs != 1:
+                raise ValueError(f"scalar_form: {tensor.op.name} has {tensor.op.num_outputs} outputs; one is supported")
             read = lambda node: stage(node.args[0]) if _is_load(node) else node  # noqa: E731
-            body = tvm_ffi.structural_map(tensor.op.body[tensor.value_index], (object, read), order="post")
-            names[tensor.op] = tirx.Var(tensor.op.name, "float32")
+            body = tvm_ffi.structural_map(tensor.op.body[0], (object, read), order="post")
+            names[tensor.op] = tirx.Var(tensor.op.name, tensor.dtype)
             stages.append((names[tensor.op], body))
         return names[tensor.op]
 
@@ -76,7 +79,7 @@ def fast_sigmoid(x: te.Tensor) -> te.Tensor:
 
 
 def fast_silu(x: te.Tensor) -> te.Tensor:
-    """x * sigmoid(x), the sigmoid as `fast_sigmoid`'s."""
+    """x * sigmoid(x), computed as x / (1 + exp(-x)) with `fast_sigmoid`'s exp."""
 
     def silu(*i):
         v = tirx.Var("v", "float32")
@@ -276,7 +279,8 @@ class _FastMath(PyExprMutator):
                 topi.nn.fast_softmax, x, int(call.attrs.axis), primfunc_name_hint="fast_softmax"
             )
         scaled = self.builder_.emit(relax.op.multiply(x, relax.const(SQRT_HALF, "float32")))
-        erf = self.builder_.emit(self.builder_.call_te(read_once(topi.fast_erf), scaled, primfunc_name_hint="fast_erf"))
+        fast_erf = ELEMENTWISE["relax.erf"][0]
+        erf = self.builder_.emit(self.builder_.call_te(fast_erf, scaled, primfunc_name_hint="fast_erf"))
         half_x = self.builder_.emit(relax.op.multiply(x, relax.const(0.5, "float32")))
         return relax.op.multiply(half_x, relax.op.add(erf, relax.const(1.0, "float32")))
 

@@ -11,7 +11,7 @@ from torch import nn
 from tvm import relax, te
 
 import accel_target
-from accel_target.passes.fast_math import fast_expm1, fast_mish, fast_softplus
+from accel_target.passes.fast_math import fast_expm1, fast_mish, fast_softplus, read_once
 from tests.helpers import assert_close, float_onnx_model, run_executable, run_primfunc
 
 # from far in the negative tail, through 0 (finely), to past the linear thresholds
@@ -47,6 +47,20 @@ def test_vector_form_is_within_a_few_ulps_of_float64(name):
     assert np.abs(out - expected)[~relevant].max() < 1e-36
     relative = np.abs(out - expected)[relevant] / np.abs(expected)[relevant]
     assert relative.max() < max_relative, X[relevant][np.argmax(relative)]
+
+
+@pytest.mark.parametrize("op", ["fast_exp", "fast_tanh", "fast_erf"])
+def test_read_once_form_is_topis_op_bit_for_bit(op):
+    """`read_once(op)` (the input read once, TOPI's stages let-bound) computes what TOPI's op
+    does, to the bit, NaN and the infinities included."""
+    from tvm import topi
+
+    x = te.placeholder(X.shape, "float32", name="x")
+    values = X.copy()
+    values[:3] = [np.nan, np.inf, -np.inf]
+    ours = run_primfunc(te.create_prim_func([x, read_once(getattr(topi, op))(x)]), [values], X.shape)
+    theirs = run_primfunc(te.create_prim_func([x, getattr(topi, op)(x)]), [values], X.shape)
+    np.testing.assert_array_equal(ours.view(np.uint32), theirs.view(np.uint32))
 
 
 def _kernel_names(executable) -> list[str]:
