@@ -381,3 +381,16 @@ def test_inlining_a_chain_that_rereads_its_input_stays_small(conv):
     assert_close(run_executable(accel_target.build(mod), x.numpy()), model(x).detach().numpy())
     kernels = [f for f in accel_target.optimize(mod).functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert max(_largest_value(f) for f in kernels) <= blocks.MAX_INLINED_NODES
+
+
+@pytest.mark.parametrize("channels", [24, 56])
+def test_squeeze_excitation_with_a_channel_tail_builds_strictly(channels):
+    """The gate's sigmoid, let-bound (FastMath reads its input once), in a write-back that
+    WholeTiles copies for whole tiles and the channel tail: each copy defines its own
+    variables (TIR defines one once; InsertPrefetches declined the ill-formed kernel of
+    EfficientNet's squeeze-excite)."""
+    torch.manual_seed(0)
+    model, x = SqueezeExcitation(channels).eval(), torch.randn(1, 8, 16, 16)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", strict=True)
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().numpy())

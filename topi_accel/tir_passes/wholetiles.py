@@ -12,6 +12,7 @@ otherwise.
 
 from __future__ import annotations
 
+import tvm
 from tvm import ir, s_tir, sym, tirx
 
 from .blocks import block_buffers, block_realize, fresh_iter_vars, rewrite_loops, substitute
@@ -93,4 +94,8 @@ def whole_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         return tirx.IfThenElse(analyzer.simplify(guard), _unguarded(loops, realize, buffers), loop)
 
     body = rewrite_loops(func.body, at_loop)
-    return func.with_body(body) if done else None
+    if not done:
+        return None
+    # the two copies of a nest define its variables twice (a let-bound activation's, from
+    # accel_target.passes.fast_math): TIR defines each variable once
+    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func.with_body(body)}))["main"]
