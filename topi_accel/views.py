@@ -29,6 +29,11 @@ from tvm.topi.utils import ravel_index, unravel_index
 _TENSOR_LOAD = tvm.ir.Op.get("te.tensor_load")  # a compute's read of a tensor: (tensor, *indices)
 
 
+def is_tensor_load(expr) -> bool:
+    """Whether `expr` is a TE compute's read of a tensor (a call of te.tensor_load: tensor, *indices)."""
+    return isinstance(expr, tvm.ir.expr.Call) and expr.op.same_as(_TENSOR_LOAD)
+
+
 @dataclass(frozen=True)
 class View:
     """A tensor read through layout ops. shape: the source's (ints, or expressions of the
@@ -130,7 +135,7 @@ def _source_indices(tensor: te.Tensor, indices: list) -> list | None:
     single load of its input); None where a step is no such load."""
     while not isinstance(tensor.op, te.PlaceholderOp):
         body = tensor.op.body[tensor.value_index]
-        if not (isinstance(body, tvm.ir.expr.Call) and body.op.same_as(_TENSOR_LOAD)):
+        if not is_tensor_load(body):
             return None
         mapping = {axis.var: index for axis, index in zip(tensor.op.axis, indices)}
         tensor, *loaded = body.args

@@ -11,6 +11,7 @@ from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from strategy.layout import constant_array, same_dims, tensor_shape
+from topi_accel.views import is_tensor_load
 
 from .relax_util import op_name, rewrite_functions
 
@@ -25,8 +26,15 @@ EXPM1_SERIES = 0.5  # |x| below which exp(x) - 1 is its Taylor series (above, th
 EXPM1_TERMS = 8  # of the series: the first left out is below 2e-8 of the sum for |x| < 0.5
 
 
-def _is_load(node) -> bool:
-    return type(node).__name__ == "Call" and getattr(getattr(node, "op", None), "name", "") == "te.tensor_load"
+def _let(value: tirx.PrimExpr, body) -> tirx.Let:
+    """body(v) with v bound to `value`: `value` computed once however often body reads v."""
+    var = tirx.Var("v", value.ty.dtype)
+    return tirx.Let(var, value, body(var))
+
+
+def _elementwise(x: te.Tensor, scalar, name: str) -> te.Tensor:
+    """scalar(v) of each element v of `x`, which it reads once."""
+    return te.compute(x.shape, lambda *i: _let(x(*i), scalar), name=name, tag=topi.tag.ELEMWISE)
 
 
 def scalar_form(op, value: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -48,7 +56,7 @@ def scalar_form(op, value: tirx.PrimExpr) -> tirx.PrimExpr:
         if tensor.op not in names:
             if tensor.op.num_outputs != 1:
                 raise ValueError(f"scalar_form: {tensor.op.name} has {tensor.op.num_outputs} outputs; one is supported")
-            read = lambda node: stage(node.args[0]) if _is_load(node) else node  # noqa: E731
+            read = lambda node: stage(node.args[0]) if is_tensor_load(node) else node  # noqa: E731
             body = tvm_ffi.structural_map(tensor.op.body[0], (object, read), order="post")
             names[tensor.op] = tirx.Var(tensor.op.name, tensor.dtype)
             stages.append((names[tensor.op], body))
@@ -61,41 +69,38 @@ def scalar_form(op, value: tirx.PrimExpr) -> tirx.PrimExpr:
     return tirx.Let(names[source.op], value, result)
 
 
+def _exp(value: tirx.PrimExpr) -> tirx.PrimExpr:
+    return scalar_form(topi.fast_exp, value)
+
+
 def read_once(op):
     """TOPI's elementwise `op` as a TE op of one stage that reads each element once
     (`scalar_form`)."""
-
-    def compute(x: te.Tensor) -> te.Tensor:
-        return te.compute(x.shape, lambda *i: scalar_form(op, x(*i)), name=f"T_{op.__name__}", tag=topi.tag.ELEMWISE)
-
-    return compute
+    return lambda x: _elementwise(x, lambda v: scalar_form(op, v), f"T_{op.__name__}")
 
 
 def fast_sigmoid(x: te.Tensor) -> te.Tensor:
     """1 / (1 + exp(-x)) with topi.fast_exp (max relative error 1.2e-6, absolute 9e-8, on
     [-30, 30]; fast_exp clamps its argument to +-88.38, so the tails are 1 and ~4e-39)."""
-    sigmoid = lambda *i: 1.0 / (1.0 + scalar_form(topi.fast_exp, -x(*i)))  # noqa: E731
-    return te.compute(x.shape, sigmoid, name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
+    return _elementwise(x, lambda v: 1.0 / (1.0 + _exp(-v)), "T_fast_sigmoid")
 
 
 def fast_silu(x: te.Tensor) -> te.Tensor:
     """x * sigmoid(x), computed as x / (1 + exp(-x)) with `fast_sigmoid`'s exp."""
-
-    def silu(*i):
-        v = tirx.Var("v", "float32")
-        return tirx.Let(v, x(*i), v / (1.0 + scalar_form(topi.fast_exp, -v)))
-
-    return te.compute(x.shape, silu, name="T_fast_silu", tag=topi.tag.ELEMWISE)
+    return _elementwise(x, lambda v: v / (1.0 + _exp(-v)), "T_fast_silu")
 
 
 def _log1p_unit(u: tirx.PrimExpr) -> tirx.PrimExpr:
     """log(1 + u) for u in [0, 1], as 2 atanh(t) = 2 (t + t^3/3 + t^5/5 + ...), t = u / (2 + u)."""
-    t = tirx.Var("t", "float32")
-    s = t * t
-    series = tirx.const(1.0 / (2 * LOG1P_TERMS - 1), "float32")
-    for k in range(LOG1P_TERMS - 2, -1, -1):
-        series = series * s + tirx.const(1.0 / (2 * k + 1), "float32")
-    return tirx.Let(t, u / (2.0 + u), 2.0 * t * series)
+
+    def series(t):
+        s = t * t
+        total = tirx.const(1.0 / (2 * LOG1P_TERMS - 1), "float32")
+        for k in range(LOG1P_TERMS - 2, -1, -1):
+            total = total * s + tirx.const(1.0 / (2 * k + 1), "float32")
+        return 2.0 * t * total
+
+    return _let(u / (2.0 + u), series)
 
 
 def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> te.Tensor:
@@ -104,14 +109,12 @@ def fast_softplus(x: te.Tensor, beta: float = 1.0, threshold: float = 20.0) -> t
     error 2.5e-7 against float64 where the result is above 1e-30 (beta x > -69; PyTorch's:
     1.2e-7); below beta x = -87, fast_exp's underflow makes it 0 (absolute error < 1e-37)."""
 
-    def softplus(*i):
-        v, e = tirx.Var("v", "float32"), tirx.Var("e", "float32")
+    def softplus(v):
         z = v * beta
-        exp = scalar_form(topi.fast_exp, -tirx.abs(z))
-        soft = tirx.Let(e, exp, (tirx.max(z, 0.0) + _log1p_unit(e)) / beta)
-        return tirx.Let(v, x(*i), tirx.Select(z > threshold, v, soft))
+        soft = _let(_exp(-tirx.abs(z)), lambda e: (tirx.max(z, 0.0) + _log1p_unit(e)) / beta)
+        return tirx.Select(z > threshold, v, soft)
 
-    return te.compute(x.shape, softplus, name="T_fast_softplus", tag=topi.tag.ELEMWISE)
+    return _elementwise(x, softplus, "T_fast_softplus")
 
 
 def fast_mish(x: te.Tensor) -> te.Tensor:
@@ -120,13 +123,11 @@ def fast_mish(x: te.Tensor) -> te.Tensor:
     result is above 1e-30 in size (x > -65; PyTorch's: 2.6e-7); below x = -87, fast_exp's
     underflow makes it 0 (absolute error < 1e-36)."""
 
-    def mish(*i):
-        v, e, n = (tirx.Var(name, "float32") for name in ("v", "e", "n"))
-        exp = scalar_form(topi.fast_exp, tirx.min(v, MISH_LINEAR))
-        gate = tirx.Let(e, exp, tirx.Let(n, e * (e + 2.0), n / (n + 2.0)))
-        return tirx.Let(v, x(*i), v * gate)
+    def mish(v):
+        n = _let(_exp(tirx.min(v, MISH_LINEAR)), lambda e: e * (e + 2.0))
+        return v * _let(n, lambda n: n / (n + 2.0))
 
-    return te.compute(x.shape, mish, name="T_fast_mish", tag=topi.tag.ELEMWISE)
+    return _elementwise(x, mish, "T_fast_mish")
 
 
 def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
@@ -136,15 +137,14 @@ def fast_expm1(x: te.Tensor, sign: float = 1.0) -> te.Tensor:
     error against float64 4.2e-7 (libm's expf(x) - 1 loses a small result's digits: 7% off at
     x = 1e-6)."""
 
-    def expm1(*i):
-        z, e = tirx.Var("z", "float32"), tirx.Var("e", "float32")
+    def expm1(z):
         series = tirx.const(1.0 / math.factorial(EXPM1_TERMS), "float32")
         for k in range(EXPM1_TERMS - 1, 0, -1):  # z (1 + z (1/2! + z (1/3! + ...)))
             series = tirx.const(1.0 / math.factorial(k), "float32") + z * series
-        value = tirx.Select(tirx.abs(z) < EXPM1_SERIES, z * series, e * e - 1.0)
-        return sign * tirx.Let(z, x(*i), tirx.Let(e, scalar_form(topi.fast_exp, z * 0.5), value))
+        whole = _let(_exp(z * 0.5), lambda e: e * e - 1.0)
+        return sign * tirx.Select(tirx.abs(z) < EXPM1_SERIES, z * series, whole)
 
-    return te.compute(x.shape, expm1, name="T_fast_expm1", tag=topi.tag.ELEMWISE)
+    return _elementwise(x, expm1, "T_fast_expm1")
 
 
 def expm1_parts(var2val: dict, call) -> tuple[relax.Expr, float] | None:
