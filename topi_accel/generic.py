@@ -45,6 +45,9 @@ VECTOR_RUN = 16
 MAX_UNROLLED = 4
 # a reduction over at most this many elements per output is a window (pooling)
 MAX_WINDOW = 64
+# a reduction over whole images (a global pool) splits its rows into at most this many
+# partial results (`_partial_rows`)
+MAX_PARTIALS = 32
 # a transpose that moves the innermost axis copies tiles of up to this many elements a side,
 # and only tiles of at least MIN_TRANSPOSE_TILE (`_tiled_transpose`)
 TRANSPOSE_TILE = 16
@@ -131,6 +134,52 @@ def _window_first(sch: s_tir.Schedule, block, spatial: list, extents: list[int])
     except ScheduleError:
         return 0
     return len(reduction)
+
+
+def _partial_rows(sch: s_tir.Schedule, block) -> bool:
+    """Reduce a long reduction over outer axes (a global pool in NHWC: [n, h, w, c] ->
+    [n, 1, 1, c]) in partial results over chunks of its first reduced axis (rfactor), the chunks
+    in parallel, each one's channels innermost (contiguous: LLVM vectorizes them); the partial
+    results are then summed. Reduced with its channels parallel instead, each thread walks the
+    whole image once per channel, a scalar at a time at the image's row stride. Whether it did."""
+    spatial = _spatial_prefix(sch, block)
+    if not spatial or _size(sch.get(spatial[-1]).extent) < VECTOR_RUN or not _reads_innermost(sch, block):
+        return False
+    if _extent(sch, sch.get_loops(block)) < MIN_PARALLEL_WORK:
+        return False
+    reduction = sch.get_loops(block)[len(spatial) :]
+    first = sch.get(reduction[0]).extent
+    parts = largest_divisor(int(first), MAX_PARTIALS) if isinstance(first, tirx.IntImm) else 1
+    if parts < 2:
+        return False
+    part, _ = sch.split(reduction[0], [parts, None])  # (changes no result)
+    try:
+        partial = sch.rfactor(part, 0)
+    except ScheduleError:
+        return False
+    loops = sch.get_loops(partial)  # the spatial loops (the channels last), the part, the rest reduced
+    outer, channels, part, reduced = (
+        loops[: len(spatial) - 1],
+        loops[len(spatial) - 1],
+        loops[len(spatial)],
+        loops[len(spatial) + 1 :],
+    )
+    try:
+        sch.reorder(part, *outer, *reduced, channels)
+        sch.parallel(sch.fuse(part, *outer))
+        init = sch.decompose_reduction(partial, reduced[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+    except ScheduleError:
+        pass  # what is done is right; the rest stays serial
+    return True
+
+
+def _reads_innermost(sch: s_tir.Schedule, block) -> bool:
+    """Whether every input `block` reads is read along its innermost axis by the block's
+    innermost spatial variable (an NHWC image's channels)."""
+    b = sch.get(block)
+    spatial = [iv.var for iv in b.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    return bool(spatial) and all(read.region[-1].min.same_as(spatial[-1]) for read in b.reads)
 
 
 def _window_in_registers(sch: s_tir.Schedule, block, taps: int) -> None:
@@ -374,36 +423,46 @@ def _parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
             except ScheduleError:
                 pass
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if _tiled_transpose(sch, block):
-            changed = True
-            continue
-        loops = _spatial_prefix(sch, block)
-        if not loops:
-            continue
-        extents = [_size(sch.get(loop).extent) for loop in loops]  # symbolic: representative
-        reduces = len(loops) < len(sch.get_loops(block))
-        # a window reduction keeps its innermost loop out of the parallel loop (LLVM vectorizes
-        # it), an elementwise block its innermost loops up to a run of VECTOR_RUN iterations
-        # (vectorized, or at least without divisions per element, which dominate a small
-        # transpose such as NCHW -> NHWC of 224 x 224 x 3); another reduction parallelizes all
-        # its spatial loops
-        taps = _window_first(sch, block, loops, extents) if reduces else 0
-        keep = 1 if taps else 0 if reduces else _inner_run(extents)
-        if keep > 1 and extents[-1] <= MAX_UNROLLED:
-            sch.unroll(loops[-1])
-            changed = True
-        outer = loops[: len(loops) - keep]
-        work = _extent(sch, sch.get_loops(block))
-        if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:
-            continue  # (a small softmax's row maxima reduced in registers took masked stores on AVX2)
-        try:
-            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-            changed = True
-        except ScheduleError:
-            continue
-        if taps:
-            _window_in_registers(sch, block, taps)
+        changed = parallel_block(sch, block) or changed
     return sch.mod["main"] if changed else None
+
+
+def parallel_block(sch: s_tir.Schedule, block) -> bool:
+    """Split top-level `block`'s outer spatial loops across the thread pool (a transpose of
+    the innermost axis in tiles, a pooling window outside the channels, a global pool in
+    partial results, an elementwise block with a vectorizable run kept innermost); whether
+    it changed anything."""
+    if _tiled_transpose(sch, block):
+        return True
+    loops = _spatial_prefix(sch, block)
+    if not loops:
+        return False
+    extents = [_size(sch.get(loop).extent) for loop in loops]  # symbolic: representative
+    reduces = len(loops) < len(sch.get_loops(block))
+    # a window reduction keeps its innermost loop out of the parallel loop (LLVM vectorizes
+    # it), an elementwise block its innermost loops up to a run of VECTOR_RUN iterations
+    # (vectorized, or at least without divisions per element, which dominate a small
+    # transpose such as NCHW -> NHWC of 224 x 224 x 3); another reduction parallelizes all
+    # its spatial loops
+    taps = _window_first(sch, block, loops, extents) if reduces else 0
+    if reduces and not taps and _partial_rows(sch, block):
+        return True
+    keep = 1 if taps else 0 if reduces else _inner_run(extents)
+    changed = False
+    if keep > 1 and extents[-1] <= MAX_UNROLLED:
+        sch.unroll(loops[-1])
+        changed = True
+    outer = loops[: len(loops) - keep]
+    work = _extent(sch, sch.get_loops(block))
+    if math.prod(extents[: len(outer)]) < 2 or work < MIN_PARALLEL_WORK:
+        return changed  # (a small softmax's row maxima reduced in registers took masked stores on AVX2)
+    try:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    except ScheduleError:
+        return changed
+    if taps:
+        _window_in_registers(sch, block, taps)
+    return True
 
 
 def _symbolic_lanes(extent) -> int:

@@ -404,9 +404,27 @@ def test_parallelize_splits_reductions_over_rows():
     x, g, b = te.placeholder((1, 128, 768)), te.placeholder((768,)), te.placeholder((768,))
     func = topi_accel.parallelize(te.create_prim_func([x, g, b, topi.nn.layer_norm(x, g, b, axis=[-1])]))
     assert "T.parallel(128)" in func.script()
-    x = te.placeholder((1, 7, 7, 2048))
-    func = topi_accel.parallelize(te.create_prim_func([x, topi.nn.adaptive_pool(x, (1, 1), "avg", layout="NHWC")]))
-    assert "T.parallel(2048)" in func.script()
+
+
+@pytest.mark.parametrize("kind", ["avg", "max", "sum"])
+@pytest.mark.parametrize("shape, parts", [((1, 7, 7, 2048), 7), ((1, 112, 112, 32), 28), ((2, 17, 19, 24), 17)])
+def test_parallelize_reduces_a_global_pool_in_partial_rows(shape, parts, kind):
+    """A global pool in NHWC ([n, h, w, c] -> [n, 1, 1, c]; a squeeze-excitation's mean):
+    chunks of rows (a divisor of h, up to 32) reduced in parallel into partial rows of
+    channels, read contiguously, then combined; not each channel walking the whole image at
+    its row stride. Right against numpy."""
+    a = rand(*shape)
+    x = te.placeholder(a.shape)
+    pool = (
+        topi.sum(x, axis=[1, 2], keepdims=True)
+        if kind == "sum"
+        else topi.nn.adaptive_pool(x, (1, 1), kind, layout="NHWC")
+    )
+    func = topi_accel.parallelize(te.create_prim_func([x, pool]))
+    text = func.script()
+    assert f"T.parallel({parts * shape[0]})" in text and "_rf = T.sblock_alloc_buffer" in text, text
+    ref = {"avg": np.mean, "max": np.max, "sum": np.sum}[kind](a, axis=(1, 2), keepdims=True)
+    assert_close(run_primfunc(func, [a], ref.shape), ref)
 
 
 def test_parallelize_keeps_a_short_innermost_run_out_of_the_parallel_loop():
