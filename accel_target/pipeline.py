@@ -175,18 +175,22 @@ def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """After FuseTIR: compute the elementwise ops merged after an accel kernel in its
     write-back (InlineEpilogue) and give the fused function the IMPL attribute of the
     kernel's output block (FuseTIR keeps block annotations, not function attributes); split
-    TVM's own (serial) kernels across the thread pool (Parallelize), unless the target has
-    one core."""
+    TVM's own (serial) kernels, and what an accel kernel's write-back could not take (a
+    broadcasting consumer), across the thread pool (Parallelize), unless the target has one
+    core."""
     parallel = topi_accel.cpu_knobs().parallel
     epilogue = per_kernel("InlineEpilogue", topi_accel.inline_epilogue)
     split = per_kernel("Parallelize", topi_accel.parallelize)
+    split_rest = per_kernel("Parallelize", topi_accel.epilogue.parallelize_rest)
 
     def schedule(name, func):
         impl = attempt("ScheduleKernels", name, topi_accel.epilogue.accel_impl, func, default=_DECLINED)
         if impl is _DECLINED:  # not even an s_tir schedule of it
             return None
         if impl is not None:
-            return (epilogue(name, func) or func).with_attr(topi_accel.epilogue.IMPL, impl)
+            fused = epilogue(name, func) or func
+            fused = (split_rest(name, fused) if parallel else None) or fused
+            return fused.with_attr(topi_accel.epilogue.IMPL, impl)
         return split(name, func) if parallel else None
 
     return _update_prim_funcs(mod, schedule)

@@ -33,6 +33,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
+from .generic import parallel_block
 from .tir_passes.blocks import inlining_stays_small
 
 # PrimFunc attribute and block annotation: the implementation ("<compute>.<key>") that made the kernel
@@ -184,3 +185,22 @@ def inline_epilogue(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         unchecked, _ = _inline_chain(func, False)
         return unchecked or result
     return result
+
+
+def parallelize_rest(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """`func` (an accel kernel after `inline_epilogue`) with each block that is left at the
+    root after the kernel, serial, split across the thread pool as TVM's own kernels are
+    (`generic.parallel_block`); None if there is none. Such a block is a consumer that the
+    write-back cannot take: it broadcasts the kernel's output (a squeeze-excitation gate,
+    [1, 1, 1, C], scaling a whole [1, H, W, C] image)."""
+    sch = s_tir.Schedule(func)
+    outputs = output_blocks(sch)
+    stages = _kernel_stages(sch, outputs) if outputs else set()
+    changed = False
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(block).name_hint in stages:
+            continue
+        if any(sch.get(loop).kind == tirx.ForKind.PARALLEL for loop in sch.get_loops(block)):
+            continue
+        changed = parallel_block(sch, block) or changed
+    return sch.mod["main"] if changed else None

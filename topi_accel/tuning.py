@@ -85,11 +85,16 @@ MIN_PARALLEL_WORK_PER_LANE = 1 << 16
 MIN_PARALLEL_WORK_SCALAR = 1 << 15
 
 
-def min_parallel_work(func: tirx.PrimFunc, knobs) -> int:
-    """The work below which `func` runs serially (`MIN_PARALLEL_WORK_PER_LANE`)."""
-    if accel_impl(func) is not None:
-        return MIN_PARALLEL_WORK_PER_LANE * knobs.lanes
-    return MIN_PARALLEL_WORK_SCALAR
+def serial_when_small(func: tirx.PrimFunc, knobs) -> tirx.PrimFunc | None:
+    """`func` with its parallel loops serial if its work is small (serial.serial_when_small):
+    below MIN_PARALLEL_WORK_PER_LANE vector lanes for an accel kernel, where a statement
+    outside a vectorized loop (a broadcasting consumer after the kernel: a squeeze-excitation
+    gate scaling a whole image) weighs as in TVM's own kernels, below
+    MIN_PARALLEL_WORK_SCALAR statements."""
+    if accel_impl(func) is None:
+        return serial.serial_when_small(func, MIN_PARALLEL_WORK_SCALAR)
+    per_lane = MIN_PARALLEL_WORK_PER_LANE * knobs.lanes
+    return serial.serial_when_small(func, per_lane, per_lane // MIN_PARALLEL_WORK_SCALAR)
 
 
 def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[str, KernelRewrite]]:
@@ -103,9 +108,7 @@ def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[
     knobs = cpu_knobs(target)
     steps: list[tuple[str, KernelRewrite]] = []
     if knobs.parallel:
-        steps.append(
-            ("SerialSmallKernels", lambda func: serial.serial_when_small(func, min_parallel_work(func, knobs)))
-        )
+        steps.append(("SerialSmallKernels", lambda func: serial_when_small(func, knobs)))
     steps += [
         ("RoundEven", lambda func: round_even.round_even(func)),
         ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),

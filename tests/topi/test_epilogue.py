@@ -11,7 +11,7 @@ from torch import nn
 from tvm import relax, s_tir
 
 import accel_target
-from tests.helpers import assert_close, rand, run_executable, single_op_module
+from tests.helpers import ISAS, assert_close, rand, run_executable, single_op_module
 from topi_accel import epilogue
 from topi_accel.tir_passes import blocks
 
@@ -275,6 +275,25 @@ def test_a_broadcasting_consumer_stays_out_of_the_write_back():
     sch = s_tir.Schedule(gate)
     stages = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     assert [s for s in stages if not s.startswith("conv2d_nhwc_ohwi")] == ["T_multiply"], stages
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("size, parallel", [(48, True), (12, False)])
+def test_a_broadcasting_consumer_runs_on_the_thread_pool_when_large(isa, size, parallel):
+    """The gate's product with the image, left at the root of the gate's kernel, is split
+    across the thread pool as TVM's own kernels are, and weighs as much as their statements
+    when the build decides whether the kernel is worth a parallel launch: 16 x 48 x 48
+    products (over MIN_PARALLEL_WORK_SCALAR) run in parallel on any target, 16 x 12 x 12
+    serially. Before, the product ran serially at any size (EfficientNet's 112 x 112 x 32)."""
+    target = tvm.target.Target(ISAS[isa])
+    torch.manual_seed(0)
+    model, x = SqueezeExcitation().eval(), torch.randn(1, 8, size, size)
+    mod = accel_target.optimize(accel_target.from_torch(model, (x,)), target=target)
+    lowered = accel_target.pipeline.run_phases(mod, target, "lowering", "lowering")["lowering"]
+    (gate,) = [f for g, f in lowered.functions_items() if "sigmoid" in g.name_hint and "conv2d_nhwc" in g.name_hint]
+    product = gate.script()
+    product = product[: product.index('T.sblock("T_multiply")')]
+    assert (product.rfind("T.parallel(") > product.rfind('T.sblock("conv2d_nhwc_ohwi")')) == parallel, product
 
 
 def test_reads_elementwise_tells_a_broadcast_from_an_elementwise_read():

@@ -12,25 +12,28 @@ import tvm_ffi
 from tvm import tirx
 
 
-def iterations(stmt: tirx.Stmt) -> int | None:
+def iterations(stmt: tirx.Stmt, scalar_weight: int = 1, vector: bool = False) -> int | None:
     """How many times the stores and calls of `stmt` run (loop extents multiplied down each
     nest, added up across it; the larger branch of a condition; blocks' bodies, not their
-    inits); None if a loop's extent is symbolic."""
+    inits), each one outside a vectorized loop counted `scalar_weight` times (`vector`: `stmt`
+    is inside one); None if a loop's extent is symbolic."""
     if isinstance(stmt, tirx.SeqStmt):
-        counts = [iterations(s) for s in stmt.seq]
+        counts = [iterations(s, scalar_weight, vector) for s in stmt.seq]
         return None if None in counts else sum(counts)
     if isinstance(stmt, tirx.For):
-        inner = iterations(stmt.body)
+        inner = iterations(stmt.body, scalar_weight, vector or stmt.kind == tirx.ForKind.VECTORIZED)
         if inner is None or not isinstance(stmt.extent, tirx.IntImm):
             return None
         return int(stmt.extent) * inner
     if isinstance(stmt, tirx.IfThenElse):
-        counts = [iterations(s) for s in (stmt.then_case, stmt.else_case) if s is not None]
+        counts = [iterations(s, scalar_weight, vector) for s in (stmt.then_case, stmt.else_case) if s is not None]
         return None if None in counts else max(counts)
     body = getattr(stmt, "block", None) or getattr(stmt, "body", None)  # (a block's realize: its block)
     if isinstance(body, tirx.Stmt):
-        return iterations(body)
-    return 1 if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)) else 0  # (not a declaration)
+        return iterations(body, scalar_weight, vector)
+    if isinstance(stmt, (tirx.BufferStore, tirx.Evaluate)):
+        return 1 if vector else scalar_weight
+    return 0  # (not a declaration)
 
 
 def _serial(loop: tirx.For) -> tirx.For:
@@ -39,11 +42,12 @@ def _serial(loop: tirx.For) -> tirx.For:
     return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body, None, loop.annotations)
 
 
-def serial_when_small(func: tirx.PrimFunc, min_iterations: int) -> tirx.PrimFunc | None:
+def serial_when_small(func: tirx.PrimFunc, min_iterations: int, scalar_weight: int = 1) -> tirx.PrimFunc | None:
     """`func` with its parallel loops serial when its innermost statements run fewer than
-    `min_iterations` times in all; None if it is larger, of a symbolic size, or has no
-    parallel loop."""
-    work = iterations(func.body)
+    `min_iterations` times in all (`iterations`: those outside a vectorized loop counted
+    `scalar_weight` times); None if it is larger, of a symbolic size, or has no parallel
+    loop."""
+    work = iterations(func.body, scalar_weight)
     if work is None or work >= min_iterations:
         return None
     body = tvm_ffi.structural_map(func.body, (tirx.For, _serial), order="post")
