@@ -7,7 +7,8 @@ another block is inlined into it, and a reduction over a small window
 (pooling) runs the window outside its innermost spatial loop, so that loop
 (the channels, in NHWC) is the vectorized one; each chunk of channels that the
 accumulator registers hold is reduced there and stored once (not a masked store
-of the output per tap).
+of the output per tap). A reduction over whole images (a global pool in NHWC) runs as
+partial rows of channels over chunks of image rows in parallel, then combined.
 A chain of elementwise blocks (a quantize: divide, round, add, clip, cast, then the
 transpose to NHWC) is one block: each one read by a single consumer over no more elements
 than it has is inlined into it, where FuseTIR left every step a loop nest and a buffer of
