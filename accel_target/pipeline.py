@@ -189,7 +189,8 @@ def schedule_kernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             return None
         if impl is not None:
             fused = epilogue(name, func) or func
-            fused = (split_rest(name, fused) if parallel else None) or fused
+            if parallel:
+                fused = split_rest(name, fused) or fused
             return fused.with_attr(topi_accel.epilogue.IMPL, impl)
         return split(name, func) if parallel else None
 

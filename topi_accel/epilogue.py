@@ -198,9 +198,6 @@ def parallelize_rest(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     stages = _kernel_stages(sch, outputs) if outputs else set()
     changed = False
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(block).name_hint in stages:
-            continue
-        if any(sch.get(loop).kind == tirx.ForKind.PARALLEL for loop in sch.get_loops(block)):
-            continue
-        changed = parallel_block(sch, block) or changed
+        if sch.get(block).name_hint not in stages:
+            changed = parallel_block(sch, block) or changed
     return sch.mod["main"] if changed else None

@@ -431,8 +431,10 @@ def _parallel_loops(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
 def parallel_block(sch: s_tir.Schedule, block) -> bool:
     """Split top-level `block`'s outer spatial loops across the thread pool (a transpose of
     the innermost axis in tiles, a pooling window outside the channels, a global pool in
-    partial results, an elementwise block with a vectorizable run kept innermost); whether
-    it changed anything."""
+    partial results, an elementwise block with a vectorizable run kept innermost), unless a
+    loop of it is parallel already; whether it changed anything."""
+    if _has_parallel_loop(sch, [block]):
+        return False
     if _tiled_transpose(sch, block):
         return True
     loops = _spatial_prefix(sch, block)

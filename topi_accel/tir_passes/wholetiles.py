@@ -12,7 +12,6 @@ otherwise.
 
 from __future__ import annotations
 
-import tvm
 from tvm import ir, s_tir, sym, tirx
 
 from .blocks import block_buffers, block_realize, fresh_iter_vars, rewrite_loops, substitute
@@ -98,4 +97,4 @@ def whole_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
         return None
     # the two copies of a nest define its variables twice (a let-bound activation's, from
     # accel_target.passes.fast_math): TIR defines each variable once
-    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": func.with_body(body)}))["main"]
+    return tirx.transform.ConvertSSA()(ir.IRModule({"main": func.with_body(body)}))["main"]
