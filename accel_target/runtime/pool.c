@@ -17,8 +17,14 @@
  * then writes its fields, then opens the word: a claim that succeeds was made on the current
  * job, so the job's fields read before it are that job's.
  *
- * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200), calling
- * sched_yield so that other threads on its core run first, then sleeps on a futex. One launch
+ * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200), then sleeps
+ * on a futex; the launching thread waits for the workers' tasks spinning for JOIN_SPIN_US, then
+ * on a futex. Nobody calls sched_yield: Linux's EEVDF scheduler answers it by pushing the
+ * yielding thread's deadline a time slice later, so a thread that yields in a loop while
+ * another library's thread spins on its core (an OpenMP worker spinning after PyTorch's op
+ * does not yield) gets almost none of the core. A worker on the core of the launching thread
+ * could only take time from it: it takes no task and naps for COLOCATED_NAP_US, and the
+ * scheduler may place it on another core when it wakes. One launch
  * at a time uses the workers: a launch from another thread meanwhile, or from inside a task,
  * runs its kernel as one task on its own thread. The pool has no barrier: a library whose
  * kernels call TVMBackendParallelBarrier stays on TVM's pool (pool.py). */
@@ -41,6 +47,16 @@ typedef FTVMParallelLambda parallel_lambda;
 
 #define MAX_THREADS 256
 #define CLOSED 0x7fffffffu /* tasks claimed, of a job being published: none left */
+#define JOIN_SPIN_US 50
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+#define COLOCATED_NAP_US 500
 
 /* For tests (tests/runtime/pool_stress.c): a pause where two threads' steps may interleave,
  * to make a rare interleaving common. Nothing here. */
@@ -56,7 +72,9 @@ static struct {
   _Atomic(void*) cdata;
   atomic_int num_task;
   _Atomic uint64_t claims; /* generation << 32 | tasks claimed */
-  atomic_int done;
+  atomic_int done;         /* futex word of the launching thread, once it waits there */
+  atomic_int caller_waits; /* the launching thread sleeps on `done` */
+  atomic_int caller_cpu;   /* the CPU of the last launching thread */
   atomic_int failed;
   atomic_uint published; /* futex word: one more per job */
   atomic_int sleeping;   /* workers asleep on `published` */
@@ -85,7 +103,8 @@ static void run_task(parallel_lambda f, void* cdata, int task, int num_task, int
   if (f(task, &env, cdata) != 0) atomic_store(&pool.failed, 1);
   in_task = 0;
   atomic_fetch_add_explicit(by_worker ? &pool.tasks_by_workers : &pool.tasks_by_caller, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool.done, 1, memory_order_release);
+  atomic_fetch_add(&pool.done, 1);
+  if (by_worker && atomic_load(&pool.caller_waits)) futex((atomic_uint*)&pool.done, FUTEX_WAKE, 1);
 }
 
 /* Claim and run the current job's unclaimed tasks. */
@@ -108,21 +127,40 @@ static void claim_tasks(int by_worker) {
   }
 }
 
+static int on_callers_cpu(void) {
+  return sched_getcpu() == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
+}
+
+/* Wait for a job published after `seen` and return its number: spin for spin_us, then sleep
+ * on the futex. On the launching thread's CPU, nap instead (the launching thread runs the jobs
+ * published meanwhile), again while jobs come, else sleep. */
+static unsigned await_job(unsigned seen) {
+  int64_t until = now_us() + pool.spin_us;
+  for (;;) {
+    unsigned published = atomic_load_explicit(&pool.published, memory_order_acquire);
+    if (on_callers_cpu()) {
+      struct timespec nap = {0, COLOCATED_NAP_US * 1000};
+      nanosleep(&nap, NULL);
+      seen = atomic_load_explicit(&pool.published, memory_order_acquire);
+      if (seen != published) continue;
+    } else if (published != seen) {
+      return published;
+    } else if (now_us() < until) {
+      CPU_RELAX();
+      continue;
+    }
+    atomic_fetch_add(&pool.sleeping, 1);
+    while (atomic_load(&pool.published) == seen) futex(&pool.published, FUTEX_WAIT, seen);
+    atomic_fetch_sub(&pool.sleeping, 1);
+    until = now_us() + pool.spin_us;
+  }
+}
+
 static void* worker(void* arg) {
   (void)arg;
   unsigned seen = pool.first_published;
   for (;;) {
-    int64_t until = now_us() + pool.spin_us;
-    while (atomic_load_explicit(&pool.published, memory_order_acquire) == seen) {
-      if (now_us() < until) {
-        sched_yield();
-        continue;
-      }
-      atomic_fetch_add(&pool.sleeping, 1);
-      while (atomic_load(&pool.published) == seen) futex(&pool.published, FUTEX_WAIT, seen);
-      atomic_fetch_sub(&pool.sleeping, 1);
-    }
-    seen = atomic_load_explicit(&pool.published, memory_order_acquire);
+    seen = await_job(seen);
     ACCEL_POOL_STRETCH(); /* a worker woken late: the job it was woken for may be over */
     claim_tasks(1);
   }
@@ -148,6 +186,7 @@ static void start_workers(void) {
   pool.threads = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
   pool.spin_us = spin ? atoi(spin) : 200;
   pool.first_published = atomic_load(&pool.published);
+  atomic_store(&pool.caller_cpu, -1);
   for (int i = 1; i < pool.threads; ++i) {
     pthread_t thread;
     pthread_attr_t attr;
@@ -196,11 +235,18 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   atomic_fetch_add_explicit(&pool.launches, 1, memory_order_relaxed);
   /* TVM asks for 0 (as many as there are threads) unless the schedule set a count */
   if (num_task <= 0) num_task = pool.threads;
+  atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
   publish(f, cdata, num_task, atomic_load(&pool.held));
   claim_tasks(0);
-  for (int spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < num_task; ++spins) {
-    if (spins < 32) __builtin_ia32_pause();
-    else sched_yield(); /* the worker we wait for may be waiting for this core */
+  int64_t until = now_us() + JOIN_SPIN_US;
+  for (int done; (done = atomic_load(&pool.done)) < num_task;) {
+    if (now_us() < until) {
+      CPU_RELAX();
+      continue;
+    }
+    atomic_store(&pool.caller_waits, 1); /* then read `done` again: a worker reads it after */
+    if ((done = atomic_load(&pool.done)) < num_task) futex((atomic_uint*)&pool.done, FUTEX_WAIT, (unsigned)done);
+    atomic_store(&pool.caller_waits, 0);
   }
   int failed = atomic_load(&pool.failed);
   atomic_store(&pool.busy, 0);

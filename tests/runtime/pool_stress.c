@@ -10,6 +10,9 @@
  * With "no-workers" after the rounds, the pool's worker does not start (pthread_create fails,
  * as in a process that may start no more threads): the caller runs every task.
  *
+ * With "one-cpu" after the rounds, the process runs on one CPU (its affinity set before the
+ * pool starts): the worker, on the caller's CPU, must run none of the tasks.
+ *
  * With "held" after the rounds, the second launch of each round, its first task taking
  * 100 us, is made while the workers are held (accel_pool_hold): the worker, woken by the first
  * launch and reaching the second late, must run none of its tasks. "by both threads" then
@@ -113,6 +116,12 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 2000;
   refuse_threads = argc > 2 && strcmp(argv[2], "no-workers") == 0;
   int held = argc > 2 && strcmp(argv[2], "held") == 0;
+  if (argc > 2 && strcmp(argv[2], "one-cpu") == 0) {
+    cpu_set_t cpu;
+    CPU_ZERO(&cpu);
+    CPU_SET(sched_getcpu(), &cpu);
+    if (sched_setaffinity(0, sizeof cpu, &cpu) != 0) return 3;
+  }
   setenv("TVM_NUM_THREADS", "2", 1);
   signal(SIGALRM, on_timeout);
   alarm(TIMEOUT_S);

@@ -193,6 +193,12 @@ def test_a_worker_woken_late_runs_no_task_of_a_launch_made_while_held(pool_stres
     assert pool_stress("2000", "held") == (4000, 0)
 
 
+def test_a_worker_on_the_callers_cpu_runs_no_task(pool_stress):
+    """A process confined to one CPU: its worker could only take time from the launching
+    thread, so it naps and every task runs on the caller."""
+    assert pool_stress("2000", "one-cpu") == (4000, 0)
+
+
 def test_without_a_c_compiler_models_run_on_tvm_pool_with_a_warning(saved, tmp_path):
     """No compiler for pool.c (``CC`` names none, nothing cached): the model loads and runs
     on TVM's pool, and a warning names the file."""
