@@ -17,17 +17,18 @@
  * then writes its fields, then opens the word: a claim that succeeds was made on the current
  * job, so the job's fields read before it are that job's.
  *
- * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200), then sleeps
- * on a futex; the launching thread waits for the workers' tasks spinning for JOIN_SPIN_US, then
- * on a futex. Nobody calls sched_yield: Linux's EEVDF scheduler answers it by pushing the
- * yielding thread's deadline a time slice later, so a thread that yields in a loop while
- * another library's thread spins on its core (an OpenMP worker spinning after PyTorch's op
- * does not yield) gets almost none of the core. A worker on the core of the launching thread
- * could only take time from it: it takes no task and naps for COLOCATED_NAP_US, and the
- * scheduler may place it on another core when it wakes. One launch
- * at a time uses the workers: a launch from another thread meanwhile, or from inside a task,
- * runs its kernel as one task on its own thread. The pool has no barrier: a library whose
- * kernels call TVMBackendParallelBarrier stays on TVM's pool (pool.py). */
+ * Between launches a worker spins for ACCEL_POOL_SPIN_US microseconds (default 200), then
+ * sleeps on a futex; the launching thread waits for the workers' tasks spinning for
+ * JOIN_SPIN_US, then on a futex (a worker that is late has lost its core). Nobody calls
+ * sched_yield: Linux's EEVDF scheduler answers it by pushing the yielding thread's deadline a
+ * time slice later, so a thread that yields in a loop while another library's thread spins on
+ * its core (an OpenMP worker spinning after PyTorch's op does not yield) gets almost none of
+ * the core. A worker on the core of the launching thread could only take time from it: it
+ * takes no task and naps for COLOCATED_NAP_US, and the scheduler may place it on another core
+ * when it wakes. One launch at a time uses the workers: a launch from another thread
+ * meanwhile, or from inside a task, runs its kernel as one task on its own thread. The pool
+ * has no barrier: a library whose kernels call TVMBackendParallelBarrier stays on TVM's pool
+ * (pool.py). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
