@@ -129,7 +129,8 @@ static void claim_tasks(int by_worker) {
 }
 
 static int on_callers_cpu(void) {
-  return sched_getcpu() == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
+  int cpu = sched_getcpu(); /* -1 where the kernel cannot tell: then never */
+  return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
 }
 
 /* Wait for a job published after `seen` and return its number: spin for spin_us, then sleep
