@@ -49,6 +49,7 @@ typedef FTVMParallelLambda parallel_lambda;
 #define MAX_THREADS 256
 #define CLOSED 0x7fffffffu /* tasks claimed, of a job being published: none left */
 #define JOIN_SPIN_US 50
+#define COLOCATED_NAP_US 500
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -57,7 +58,6 @@ typedef FTVMParallelLambda parallel_lambda;
 #else
 #define CPU_RELAX() ((void)0)
 #endif
-#define COLOCATED_NAP_US 500
 
 /* For tests (tests/runtime/pool_stress.c): a pause where two threads' steps may interleave,
  * to make a rare interleaving common. Nothing here. */

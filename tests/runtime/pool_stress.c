@@ -10,6 +10,10 @@
  * With "no-workers" after the rounds, the pool's worker does not start (pthread_create fails,
  * as in a process that may start no more threads): the caller runs every task.
  *
+ * With "slow-worker" after the rounds, a task of the second launch takes 20 us on the caller and
+ * 300 us on the worker: the caller, done with the others, waits for the worker's longer than
+ * it spins, on a futex the worker wakes.
+ *
  * With "one-cpu" after the rounds, the process runs on one CPU (its affinity set before the
  * pool starts): the worker, on the caller's CPU, must run none of the tasks.
  *
@@ -72,6 +76,15 @@ static int count_run(int task, group_env* env, void* cdata) {
   return 0;
 }
 
+static pthread_t caller;
+
+/* A task takes 20 us on the caller, 300 us on the worker. */
+static int slow_on_worker(int task, group_env* env, void* cdata) {
+  count_run(task, env, cdata);
+  busy_wait(pthread_equal(pthread_self(), caller) ? 20000 : 300000);
+  return 0;
+}
+
 /* Task 0 takes 100 us: the job stays open for a worker that comes late. */
 static int slow_first_task(int task, group_env* env, void* cdata) {
   count_run(task, env, cdata);
@@ -116,6 +129,8 @@ int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 2000;
   refuse_threads = argc > 2 && strcmp(argv[2], "no-workers") == 0;
   int held = argc > 2 && strcmp(argv[2], "held") == 0;
+  int slow = argc > 2 && strcmp(argv[2], "slow-worker") == 0;
+  caller = pthread_self();
   if (argc > 2 && strcmp(argv[2], "one-cpu") == 0) {
     cpu_set_t cpu;
     CPU_ZERO(&cpu);
@@ -131,7 +146,8 @@ int main(int argc, char** argv) {
     long before[4], after[4];
     accel_pool_stats(before);
     if (held) accel_pool_hold(1);
-    int tasks = launch_and_check(held ? slow_first_task : count_run, SECOND_TASKS, 2 * round + 1);
+    parallel_lambda second = held ? slow_first_task : slow ? slow_on_worker : count_run;
+    int tasks = launch_and_check(second, SECOND_TASKS, 2 * round + 1);
     if (held) accel_pool_hold(0);
     accel_pool_stats(after);
     if (!tasks) return 1;

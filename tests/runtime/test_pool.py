@@ -193,6 +193,21 @@ def test_a_worker_woken_late_runs_no_task_of_a_launch_made_while_held(pool_stres
     assert pool_stress("2000", "held") == (4000, 0)
 
 
+def test_a_caller_waiting_for_a_slow_worker_task_is_woken(pool_stress):
+    """500 launches of eight tasks, each taking 20 us on the caller and 300 us on the worker:
+    the caller, done with the others, outwaits its spin and sleeps until the worker wakes it. Every launch
+    ends (a lost wake-up would hang it until the harness's timeout), each task run once; run
+    again (up to five times) until the worker has taken part in 50 launches."""
+    by_both = 0
+    for _ in range(5):
+        launches, by_both_now = pool_stress("500", "slow-worker")
+        assert launches == 1000
+        by_both += by_both_now
+        if by_both >= 50:
+            break
+    assert by_both >= 50
+
+
 def test_a_worker_on_the_callers_cpu_runs_no_task(pool_stress):
     """A process confined to one CPU: its worker could only take time from the launching
     thread, so it naps and every task runs on the caller."""
