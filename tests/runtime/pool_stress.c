@@ -2,10 +2,11 @@
  * test_pool.py.
  *
  * One thread launches, over and over, a kernel of one task and then a kernel of SECOND_TASKS
- * tasks (as a schedule that sets its count asks), on a pool of two threads. ACCEL_POOL_STRETCH pauses for STRETCH_NS at
- * the places where a worker reading the job and the caller publishing the next one may
- * interleave, so that an interleaving a model meets once in millions of launches comes within
- * a few thousand.
+ * tasks (as a schedule that sets its count asks), on a pool of two threads, each pinned to a
+ * CPU of its own (where the process has two). ACCEL_POOL_STRETCH pauses for STRETCH_NS at the
+ * places where a worker reading the job and the caller publishing the next one may interleave,
+ * so that an interleaving a model meets once in millions of launches comes within a few
+ * thousand.
  *
  * With "no-workers" after the rounds, the pool's worker does not start (pthread_create fails,
  * as in a process that may start no more threads): the caller runs every task.
@@ -14,8 +15,8 @@
  * 300 us on the worker: the caller, done with the others, waits for the worker's longer than
  * it spins, on a futex the worker wakes.
  *
- * With "one-cpu" after the rounds, the process runs on one CPU (its affinity set before the
- * pool starts): the worker, on the caller's CPU, must run none of the tasks.
+ * With "one-cpu" after the rounds, the caller and the worker run on one CPU: the worker, on the
+ * caller's CPU, must run none of the tasks.
  *
  * With "held" after the rounds, the second launch of each round, its first task taking
  * 100 us, is made while the workers are held (accel_pool_hold): the worker, woken by the first
@@ -51,8 +52,39 @@ static void stretch(void) { busy_wait(STRETCH_NS); }
 #define ACCEL_POOL_STRETCH() stretch()
 
 static int refuse_threads;
+static int worker_cpu = -1; /* where the worker runs, if pinned */
 static int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*run)(void*), void* arg) {
-  return refuse_threads ? EAGAIN : pthread_create(thread, attr, run, arg);
+  if (refuse_threads) return EAGAIN;
+  if (worker_cpu < 0) return pthread_create(thread, attr, run, arg);
+  pthread_attr_t pinned; /* the pool's worker is detached, as pool.c makes it */
+  cpu_set_t cpu;
+  CPU_ZERO(&cpu);
+  CPU_SET(worker_cpu, &cpu);
+  pthread_attr_init(&pinned);
+  pthread_attr_setdetachstate(&pinned, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setaffinity_np(&pinned, sizeof cpu, &cpu);
+  int failed = pthread_create(thread, &pinned, run, arg);
+  pthread_attr_destroy(&pinned);
+  return failed;
+}
+
+/* Run this thread on one CPU and, unless `alone`, the worker on another (where the process has
+ * two): the pool's worker naps on the caller's CPU, and the scheduler may leave it there. */
+static int pin(int alone) {
+  cpu_set_t allowed, cpu;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    if (first < 0) first = c;
+    else if (!alone) {
+      worker_cpu = c;
+      break;
+    }
+  }
+  CPU_ZERO(&cpu);
+  CPU_SET(first, &cpu);
+  return sched_setaffinity(0, sizeof cpu, &cpu);
 }
 #define pthread_create create_thread
 #include "pool.c"
@@ -131,12 +163,7 @@ int main(int argc, char** argv) {
   int held = argc > 2 && strcmp(argv[2], "held") == 0;
   int slow = argc > 2 && strcmp(argv[2], "slow-worker") == 0;
   caller = pthread_self();
-  if (argc > 2 && strcmp(argv[2], "one-cpu") == 0) {
-    cpu_set_t cpu;
-    CPU_ZERO(&cpu);
-    CPU_SET(sched_getcpu(), &cpu);
-    if (sched_setaffinity(0, sizeof cpu, &cpu) != 0) return 3;
-  }
+  if (pin(argc > 2 && strcmp(argv[2], "one-cpu") == 0) != 0) return 3;
   setenv("TVM_NUM_THREADS", "2", 1);
   signal(SIGALRM, on_timeout);
   alarm(TIMEOUT_S);
