@@ -93,13 +93,22 @@ def test_kernels_finish_without_their_workers(saved, name):
 
 def test_workers_take_tasks_of_a_model_called_in_a_loop(saved, tmp_path):
     """In a process of its own, a model called again and again: its worker runs part of the
-    tasks (it spins between the calls' launches). The calls go on until the worker has taken a
+    tasks (it spins between the calls' launches). The caller and the threads the first call
+    starts (the worker) are pinned to two CPUs, where the process has two: a worker the
+    scheduler left on the caller's CPU naps there. The calls go on until the worker has taken a
     task or 20 s have passed: with the test suite's other process on the second core, the
     worker may get its core only after many calls, each short enough for the caller alone."""
     code = (
-        "import sys, time, numpy as np, accel_target\n"
+        "import os, sys, time, numpy as np, accel_target\n"
         "from accel_target.runtime import pool\n"
         "model, x = accel_target.load(sys.argv[1]), np.load(sys.argv[2])\n"
+        "threads = set(os.listdir('/proc/self/task'))\n"
+        "model(x)\n"
+        "cpus = sorted(os.sched_getaffinity(0))\n"
+        "if len(cpus) > 1:\n"
+        "    os.sched_setaffinity(0, {cpus[0]})\n"
+        "    for tid in set(os.listdir('/proc/self/task')) - threads:\n"
+        "        os.sched_setaffinity(int(tid), {cpus[1]})\n"
         "for _ in range(20): model(x)\n"
         "before, end = pool.stats(), time.monotonic() + 20\n"
         "while pool.stats()['tasks_by_workers'] == before['tasks_by_workers'] and time.monotonic() < end:\n"
