@@ -88,7 +88,7 @@ static struct {
 
 static _Thread_local int in_task; /* the thread runs a task (nested launches run alone) */
 
-static void futex(atomic_uint* word, int op, unsigned value) {
+static void futex(void* word, int op, unsigned value) { /* word: a 32-bit atomic */
   syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0);
 }
 
@@ -105,7 +105,7 @@ static void run_task(parallel_lambda f, void* cdata, int task, int num_task, int
   in_task = 0;
   atomic_fetch_add_explicit(by_worker ? &pool.tasks_by_workers : &pool.tasks_by_caller, 1, memory_order_relaxed);
   atomic_fetch_add(&pool.done, 1);
-  if (by_worker && atomic_load(&pool.caller_waits)) futex((atomic_uint*)&pool.done, FUTEX_WAKE, 1);
+  if (by_worker && atomic_load(&pool.caller_waits)) futex(&pool.done, FUTEX_WAKE, 1);
 }
 
 /* Claim and run the current job's unclaimed tasks. */
@@ -241,13 +241,11 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   publish(f, cdata, num_task, atomic_load(&pool.held));
   claim_tasks(0);
   int64_t until = now_us() + JOIN_SPIN_US;
-  for (int done; (done = atomic_load(&pool.done)) < num_task;) {
-    if (now_us() < until) {
-      CPU_RELAX();
-      continue;
-    }
-    atomic_store(&pool.caller_waits, 1); /* then read `done` again: a worker reads it after */
-    if ((done = atomic_load(&pool.done)) < num_task) futex((atomic_uint*)&pool.done, FUTEX_WAIT, (unsigned)done);
+  while (atomic_load(&pool.done) < num_task && now_us() < until) CPU_RELAX();
+  if (atomic_load(&pool.done) < num_task) {
+    /* set before reading `done`: a worker adds to `done`, then reads this */
+    atomic_store(&pool.caller_waits, 1);
+    for (int done; (done = atomic_load(&pool.done)) < num_task;) futex(&pool.done, FUTEX_WAIT, (unsigned)done);
     atomic_store(&pool.caller_waits, 0);
   }
   int failed = atomic_load(&pool.failed);
