@@ -152,21 +152,50 @@ def _may_fold(node, known: dict) -> bool:
     return all(arg in known for arg in node.all_input_nodes) and _is_static_tensors(node.meta.get("val"))
 
 
-def input_independent_values(program) -> dict:
+def input_independent_values(program, unconvertible: Callable[[str], bool] | None = None) -> dict:
     """{fx node: PyTorch value} for every op of `program` that depends on no user input
-    and no parameter, computed by PyTorch (shapes are static at export)."""
+    and no parameter, computed by PyTorch (shapes are static at export).
+
+    With `unconvertible` (the parameters are constants of the module), also for every op that
+    depends on no user input but on parameters, where ``unconvertible(op name)`` says no
+    converter has the op: a ViT resizing its position embeddings to the input's patch grid
+    with an antialiased bicubic filter, which TVM cannot import, gets the resized table. The
+    parameter-only ops under such an op are computed for it and not kept."""
     import torch
 
     fixed = _fixed_inputs(program)
     known = {node: fixed[node.name] for node in program.graph.nodes if node.op == "placeholder" and node.name in fixed}
+    params = _parameters(program) if unconvertible is not None else {}
+    derivable = {node for node in program.graph.nodes if node.name in params or node in known}
     folded = {}
+
+    def value(node):  # a derivable node's value; the parameter-only ones computed on the way are dropped
+        if node in known:
+            return known[node]
+        if node.op == "placeholder":
+            return params[node.name]
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value)
+        return node.target(*args, **kwargs)
+
     with torch.no_grad():
         for node in program.graph.nodes:
-            if not _may_fold(node, known):
-                continue
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), known.__getitem__)
-            known[node] = folded[node] = node.target(*args, **kwargs)
+            if _may_fold(node, known):
+                known[node] = folded[node] = value(node)
+                derivable.add(node)
+            elif unconvertible is not None and _may_fold(node, derivable):
+                derivable.add(node)
+                if unconvertible(node.target.__name__):
+                    folded[node] = value(node)
     return folded
+
+
+def _parameters(program) -> dict:
+    """{placeholder name: tensor} of the parameters of `program`."""
+    return {
+        spec.arg.name: program.state_dict[spec.target]
+        for spec in program.graph_signature.input_specs
+        if spec.kind.name == "PARAMETER"
+    }
 
 
 def as_relax(value) -> relax.Expr:

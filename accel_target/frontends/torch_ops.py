@@ -318,6 +318,11 @@ def convert_map(folded: dict) -> dict[str, Converter]:
     return custom
 
 
+def _unconvertible(name: str) -> bool:
+    """No converter has the op `name` (neither ours nor TVM's)."""
+    return name not in CONVERTERS and name not in torch_complex.CONVERTERS and name not in stock_names()
+
+
 def _complex_or(complex_converter: Converter, real_converter: Converter | None) -> Converter:
     """`complex_converter` where a node has a complex input or result, else `real_converter`."""
 
@@ -340,7 +345,7 @@ def import_program(program, *, keep_params_as_input: bool = False):
     from tvm.relax.frontend.torch import from_exported_program
 
     program = decomposed(program)
-    folded = input_independent_values(program)
+    folded = input_independent_values(program, None if keep_params_as_input else _unconvertible)
     torch_complex.check(program, folded)
     mod = from_exported_program(
         program,

@@ -194,3 +194,24 @@ def test_rrelu_in_eval_mode_is_its_leaky_relu():
     converter for rrelu_with_noise_functional: the model did not import)."""
     model, x = nn.RReLU(0.1, 0.3).eval(), torch.linspace(-8, 8, 401).reshape(1, 401)
     assert_close(_run(_vm(accel_target.from_torch(model, (x,))), x), model(x).numpy())
+
+
+class ResizedPositions(nn.Module):
+    """A ViT's position table resized to the input's grid with an antialiased bicubic filter
+    (timm's ``dynamic_img_size``): an op of parameters only that TVM's importer lacks."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = nn.Parameter(torch.randn(1, 8, 7, 7))
+
+    def forward(self, x):
+        table = nn.functional.interpolate(self.positions, size=x.shape[-2:], mode="bicubic", antialias=True)
+        return x + table
+
+
+def test_an_op_of_parameters_only_that_no_converter_has_is_computed_by_pytorch():
+    model, x = ResizedPositions().eval(), torch.randn(2, 8, 4, 4)
+    assert_close(_run(_vm(accel_target.from_torch(model, (x,))), x), model(x).detach().numpy())
+    # kept as inputs, the parameters are not known at import: the op is named
+    with pytest.raises(UnsupportedModelError, match="_upsample_bicubic2d_aa"):
+        accel_target.from_torch(model, (x,), keep_params_as_input=True)
