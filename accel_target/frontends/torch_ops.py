@@ -15,6 +15,8 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
   computes in, Python scalars too (accel_target/frontends/torch_promote.py): TVM's converters gave a scalar the
   tensor's dtype and divided integers as integers, silently.
 - Nearest and bilinear interpolation as PyTorch defines them (accel_target/frontends/torch_resize.py).
+- Adaptive max pooling, and pools whose indices the program reads refused rather than zeros
+  (accel_target/frontends/torch_pool.py); group norm without a weight or a bias.
 - ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.
@@ -38,6 +40,8 @@ from . import torch_complex
 from .torch_attention import scaled_dot_product_attention
 from .torch_complex import node_arg as _scalar
 from .torch_fold import Converter, decomposed, decompositions, folding, input_independent_values
+from .torch_pool import CONVERTERS as POOL_OPS
+from .torch_pool import refuse_unread
 from .torch_promote import CONVERTERS as PROMOTING_OPS
 from .torch_promote import FLOATING_UNARY, floating_input, stock, stock_names, theirs, theirs_with
 from .torch_quant import CONVERTERS as QUANTIZED_OPS
@@ -281,6 +285,21 @@ def elu(node, importer) -> relax.Expr:
 
 ELU_ARGS = ("alpha", "scale", "input_scale")
 
+
+def group_norm(node, importer) -> relax.Expr:
+    """aten.native_group_norm(x, weight, bias, N, C, HxW, groups, eps) -> (y, mean, rstd), of
+    which models read y (the others are refused): a missing weight or bias is ones or zeros (timm's PoolFormerV2
+    normalizes without a bias; TVM's converter passes None on and crashes)."""
+    refuse_unread(node, "its mean or reciprocal deviation")
+    x = importer.env[node.args[0]]
+    weight, bias, _, channels, _, groups, eps = node.args[1:8]
+    dtype = str(x.ty.dtype)
+    gamma = importer.env[weight] if weight is not None else relax.const(np.ones(channels, dtype))
+    beta = importer.env[bias] if bias is not None else relax.const(np.zeros(channels, dtype))
+    axes = list(range(2, len(x.ty.shape)))
+    return importer.block_builder.emit(relax.op.nn.group_norm(x, gamma, beta, groups, 1, axes, eps))
+
+
 CONVERTERS: dict[str, Converter] = {
     "scaled_dot_product_attention.default": scaled_dot_product_attention,
     "elu.default": elu,
@@ -299,6 +318,8 @@ CONVERTERS: dict[str, Converter] = {
     "grid_sampler_2d.default": grid_sample,
     **QUANTIZED_OPS,
     **RESIZE_OPS,
+    **POOL_OPS,
+    "native_group_norm.default": group_norm,
 }
 
 

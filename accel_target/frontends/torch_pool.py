@@ -1,0 +1,81 @@
+"""Max pooling as PyTorch defines it, where TVM's importer lacks it or gets it wrong.
+
+- ``adaptive_max_pool1d`` / ``adaptive_max_pool2d`` (timm's bilinear attention transform pools
+  [N, C, H, W] to [N, C, t, 1] and [N, C, 1, t]), which TVM's importer lacks. Output cell ``i``
+  of an axis of ``n`` in ``m`` covers ``[floor(i * n / m), ceil((i + 1) * n / m))``: where ``m``
+  divides ``n`` on every axis that is ``max_pool`` with kernel = stride = ``n / m`` (which the
+  layout passes carry in NHWC), else the maximum of each cell's slice, axis by axis.
+- The ``*_with_indices`` pools: TVM's converters return zeros for the indices, silently. Where
+  the program uses the indices (``return_indices=True``), the import is refused, naming the op;
+  where it does not, the values are what they were.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from strategy.layout import tensor_shape
+
+from .torch_fold import Converter
+from .torch_promote import theirs
+
+
+def refuse_unread(node, what: str) -> None:
+    """Raise NotImplementedError naming `node`'s op where the program reads more of its tuple of
+    results than the first (`what`: the others, which the converter does not compute)."""
+    import operator
+
+    if any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users):
+        raise NotImplementedError(f"accel: {node.target.__name__} with {what} read is not supported")
+
+
+def _refuse_indices(node) -> None:
+    refuse_unread(node, "its indices (return_indices=True)")
+
+
+def _values_only(converter: Converter) -> Converter:
+    """A pool-with-indices converter, refusing a program that reads the indices."""
+
+    def convert(node, importer):
+        _refuse_indices(node)
+        return converter(node, importer)
+
+    return convert
+
+
+def _cells(size: int, cells: int) -> list[tuple[int, int]]:
+    """[start, end) of each of `cells` adaptive pooling cells over an axis of `size`."""
+    return [(i * size // cells, -(-(i + 1) * size // cells)) for i in range(cells)]
+
+
+def adaptive_max_pool(node, importer):
+    """aten.adaptive_max_pool{1,2}d(x, output_size) -> (values, indices): see the module docstring."""
+    _refuse_indices(node)
+    bb, x = importer.block_builder, importer.env[node.args[0]]
+    output_size = list(node.args[1])
+    spatial = len(output_size)
+    rank = len(x.ty.shape)
+    shape = tensor_shape(x)[rank - spatial :]
+    if not all(isinstance(n, int) for n in shape):
+        raise NotImplementedError(f"accel: {node.target.__name__} of a symbolic size {shape} is not supported")
+    if all(n % m == 0 for n, m in zip(shape, output_size)):
+        kernel = [n // m for n, m in zip(shape, output_size)]
+        lead = rank - spatial  # [C, ...] pools as [1, C, ...]
+        data = relax.op.expand_dims(x, 0) if lead == 1 else x
+        pool = relax.op.nn.max_pool2d if spatial == 2 else relax.op.nn.max_pool1d
+        values = pool(data, kernel, kernel, layout="NCHW" if spatial == 2 else "NCW")
+        values = bb.emit(relax.op.squeeze(values, [0]) if lead == 1 else values)
+        return bb.emit(relax.Tuple([values]))
+    values = x
+    for axis, (n, m) in enumerate(zip(shape, output_size), rank - spatial):
+        cells = [relax.op.strided_slice(values, [axis], [a], [b]) for a, b in _cells(n, m)]
+        pieces = [relax.op.max(cell, [axis], keepdims=True) for cell in cells]
+        values = bb.emit(relax.op.concat(pieces, axis) if len(pieces) > 1 else pieces[0])
+    return bb.emit(relax.Tuple([values]))
+
+
+CONVERTERS: dict[str, Converter] = {
+    "adaptive_max_pool1d.default": adaptive_max_pool,
+    "adaptive_max_pool2d.default": adaptive_max_pool,
+    **{f"max_pool{d}d_with_indices.default": _values_only(theirs) for d in (2, 3)},
+}
