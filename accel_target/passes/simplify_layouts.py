@@ -5,7 +5,7 @@ Wherever they occur, it rewrites:
 
 - chains of permute_dims into one permute (nothing when they cancel), also through pads and
   takes between them (done in the other layout); a permute that only moves size-1 axes into a
-  reshape; a permute of a reshape of a permute that moves no element relative to a reshape
+  reshape; a permute of a broadcast into the broadcast of the permute; a permute of a reshape of a permute that moves no element relative to a reshape
   into that reshape;
 - a flatten-before-dense, ``matmul(reshape(permute_dims(x)), W)``, into
   ``matmul(reshape(x), W')`` with the rows of the constant W permuted at compile time instead
@@ -95,6 +95,10 @@ def simplify_permute(m: PyExprMutator, call: relax.Call) -> relax.Expr:
     reshape, or nothing."""
     data, axes = call.args[0], permute_axes(call)
     inner = bound(m, data)
+    if op_name(inner) == BROADCAST:
+        hoisted = permute_before_broadcast(m, inner, axes)
+        if hoisted is not None:
+            return hoisted
     sunk = sink_permute(m, inner) if op_name(inner) in (PAD, TAKE) else None
     if sunk is not None:
         inner = sunk
@@ -111,6 +115,21 @@ def simplify_permute(m: PyExprMutator, call: relax.Call) -> relax.Expr:
     if shape is not None and moves_only_unit_axes(shape, axes):
         return relax.op.reshape(data, [shape[a] for a in axes])
     return relax.op.permute_dims(data, axes)
+
+
+def permute_before_broadcast(m: PyExprMutator, broadcast: relax.Call, axes: list[int]) -> relax.Expr | None:
+    """permute_dims(broadcast_to(y, s), axes) -> broadcast_to(permute_dims(y, axes), s permuted):
+    the permute of what is broadcast, not of the broadcast (an efficient-channel-attention gate
+    [N, C, 1, 1] expanded to its image's [N, C, H, W], which ConvertLayout permutes to NHWC for
+    the product: a reshape to [N, 1, 1, C] then, where it was a transpose of the whole image)."""
+    y, target = broadcast.args[0], broadcast.args[1]
+    shape = static_shape(y)
+    if not isinstance(target, relax.ShapeExpr) or len(target.values) != len(axes) or shape is None:
+        return None
+    if len(shape) < len(axes):  # (broadcasting aligns the trailing axes)
+        y = m.builder_.emit(relax.op.reshape(y, [1] * (len(axes) - len(shape)) + shape))
+    moved = m.builder_.emit(simplify_permute(m, relax.op.permute_dims(y, axes)))
+    return relax.op.broadcast_to(moved, [target.values[a] for a in axes])
 
 
 def collapse_reshapes(m: PyExprMutator, call: relax.Call) -> relax.Expr | None:

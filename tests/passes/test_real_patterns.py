@@ -133,3 +133,29 @@ def test_unfolded_patches_fed_nhwc_keep_one_transpose_each_way():
     out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
     assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
     assert accel_target.report(executable).kernels.activation_transforms == 2
+
+
+class EfficientChannelAttention(nn.Module):
+    """timm's EcaModule after a conv: the image's channel means as a 1-D signal [N, 1, C], a
+    conv1d over the channels, the sigmoid as a gate [N, C, 1, 1] expanded to the image's shape."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.pre, self.post = nn.Conv2d(channels, channels, 3, padding=1), nn.Conv2d(channels, channels, 1)
+        self.gate = nn.Conv1d(1, 1, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        x = torch.relu(self.pre(x))
+        y = self.gate(x.mean((2, 3)).view(x.shape[0], 1, -1)).sigmoid().view(x.shape[0], -1, 1, 1)
+        return self.post(x * y.expand_as(x))
+
+
+def test_efficient_channel_attention_fed_nhwc_has_no_transpose():
+    """ConvertLayout permutes the expanded gate to NHWC for the product: a transpose of the whole
+    image, where the gate itself needs only a reshape ([N, C, 1, 1] to [N, 1, 1, C])."""
+    torch.manual_seed(0)
+    model, x = EfficientChannelAttention().eval(), torch.randn(2, 16, 8, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", output_layout="NHWC")
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
+    assert accel_target.report(executable).kernels.activation_transforms == 0
