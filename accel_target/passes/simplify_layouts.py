@@ -5,8 +5,8 @@ Wherever they occur, it rewrites:
 
 - chains of permute_dims into one permute (nothing when they cancel), also through pads and
   takes between them (done in the other layout); a permute that only moves size-1 axes into a
-  reshape; a permute of a broadcast into the broadcast of the permute; a permute of a reshape of a permute that moves no element relative to a reshape
-  into that reshape;
+  reshape; a permute of a broadcast into the broadcast of the permute; a permute of a reshape
+  of a permute that moves no element relative to a reshape into that reshape;
 - a flatten-before-dense, ``matmul(reshape(permute_dims(x)), W)``, into
   ``matmul(reshape(x), W')`` with the rows of the constant W permuted at compile time instead
   of the activations at run time;
