@@ -9,7 +9,8 @@ Each axis's source coordinates are computed here in float32 as PyTorch computes 
 (ATen's UpSample.h: ``nearest_idx``, ``area_pixel_compute_source_index``). Where TVM's
 ``resize2d`` (which has layout inference: it runs in NHWC) computes the same coordinates, it is
 used: nearest with asymmetric coordinates and floor rounding, linear with half-pixel or
-align-corners coordinates. Otherwise the result is gathered with those tables (``take`` per
+align-corners coordinates (not to a size of 1, where TVM's scale divides by zero and PyTorch's is
+0: timm's CSATv2 pools a map to 1x1 so). Otherwise the result is gathered with those tables (``take`` per
 axis, and for linear the two neighbours' weights), exactly.
 """
 
@@ -94,7 +95,8 @@ def upsample_bilinear2d(node, importer) -> relax.Expr:
     shape, dtype = [int(d) for d in x.ty.shape], str(x.ty.dtype)
     align = bool(node_arg(node, 2, "align_corners", False))
     size, scales = _output_sizes(node, shape, 1, 3)
-    if align or all(s is None or shape[2 + i] * s == size[i] for i, s in enumerate(scales)):
+    whole = all(s is None or shape[2 + i] * s == size[i] for i, s in enumerate(scales))
+    if min(size) > 1 if align else whole:
         return _resize(bb, x, size, "linear", "align_corners" if align else "half_pixel")
     for i in range(2):
         low, high, weight = linear_sources(shape[2 + i], size[i], align, scales[i])
