@@ -12,7 +12,7 @@ model fed NHWC its runtime transposes against the model's own permutes, seconds)
 count. Exit status 1 where one fails in a step of ours (build, run, an error above 1e-4 or
 twice PyTorch's own, more transposes than the model's own); one that fails at import (an op
 neither importer has, torch.export's own limits) is listed but not counted. Not part of the test suite: the 165
-transformers architectures take about 40 minutes on 2 cores, the 120 timm ones about 40.
+transformers architectures take about 40 minutes on 2 cores, the 117 timm ones about 40.
 """
 
 from __future__ import annotations
