@@ -41,6 +41,9 @@ from .tir_passes.prefetch import prefetch_next_panel
 SUPPORTED_DTYPES = ("float32",)
 # Taps (kh x kw) of a depthwise kernel up to which its tap loops are unrolled (7x7: ConvNeXt).
 MAX_UNROLLED_TAPS = 49
+# annotation of the output block of a kernel whose every thread reads the whole input (channel
+# blocks split across the threads, each over every row): accel_target.passes.inplace reads it
+THREADS_READ_WHOLE_INPUT = "accel.threads_read_whole_input"
 # An image's channels (grey, RGB, RGBA): a model's first conv may read its input NCHW.
 NCHW_DATA_MAX_CHANNELS = 4
 
@@ -352,20 +355,21 @@ def _prefetch_panels(sch: s_tir.Schedule, rc, geo: Conv2DGeometry, cfg: Conv2DCo
 def _tile_loops(sch: s_tir.Schedule, loops, geo: Conv2DGeometry, cfg: Conv2DConfig, batch) -> tuple:
     """Split the accumulator's `loops` (n, h, w, o, rkh, rkw, rc) into the register tile and
     order them for `cfg`: (the parallel loop, the loop the write-back goes under, the tile's
-    column loop, its channel loop)."""
+    column loop, its channel loop, whether the parallel loop runs the channel blocks of a conv
+    without groups outermost over every row: each thread then reads the whole input)."""
     n, h, w, o, rkh, rkw, rc = loops
     wo, wi = sch.split(w, [None, cfg.ow_block])
     oo, oi = sch.split(o, [None, cfg.oc_block])
     columns = [wo] if cfg.columns_parallel else []  # column tiles in the parallel loop too
     if not cfg.channels_outer:
         sch.reorder(n, h, wo, oo, rkh, rkw, rc, wi, oi)
-        return sch.fuse(n, h, *columns), oo, wi, oi
+        return sch.fuse(n, h, *columns), oo, wi, oi, False
     sch.reorder(oo, n, h, wo, rkh, rkw, rc, wi, oi)
     rows = int(sch.get(h).extent)  # the output rows; a flat conv's chunks of them
     outer, chunks = channels_outer_loop(sch, cfg, oo, n, h, columns)
     if geo.groups == 1:
         _prefetch_panels(sch, rc, geo, cfg, batch, rows, chunks)
-    return outer, outer if columns else wo, wi, oi
+    return outer, outer if columns else wo, wi, oi, chunks == 1 and geo.groups == 1
 
 
 def _schedule_pad(sch: s_tir.Schedule, geo: Conv2DGeometry, cfg: Conv2DConfig) -> None:
@@ -396,9 +400,11 @@ def schedule_conv2d_nhwc_ohwi(func: tirx.PrimFunc, geo: Conv2DGeometry, cfg: Con
         _flat_output_nhwc(sch, out, geo)
     loops = sch.get_loops(acc)
     rkh, rkw = loops[4], loops[5]
-    outer, tile, wi, oi = _tile_loops(sch, loops, geo, cfg, batch)
+    outer, tile, wi, oi, whole_input = _tile_loops(sch, loops, geo, cfg, batch)
     if cfg.parallel:
         sch.parallel(outer)
+        if whole_input:
+            sch.annotate(out, THREADS_READ_WHOLE_INPUT, True)
     register_tile(sch, wi, oi, cfg.lanes)
     if geo.groups == geo.in_c and geo.kh * geo.kw <= MAX_UNROLLED_TAPS:
         # depthwise: one load and one FMA per tap and vector, so the taps unrolled let LLVM

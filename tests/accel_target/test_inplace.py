@@ -163,3 +163,40 @@ def test_read_from_output_computes_the_same():
     out = tvm.runtime.tensor(r.copy())  # holds r, and then the result
     tvm.compile(tvm.IRModule({"main": in_place}), target).jit()(tvm.runtime.tensor(a), out)
     assert_close(out.numpy(), a * 2 + r)
+
+
+class Bottleneck(nn.Module):
+    """relu(conv_b(relu(conv_a(x))) + x): x is conv_a's data and conv_b's residual."""
+
+    def __init__(self, channels=32):
+        super().__init__()
+        self.conv_a, self.conv_b = nn.Conv2d(channels, channels // 4, 1), nn.Conv2d(channels // 4, channels, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv_b(torch.relu(self.conv_a(x))) + x)
+
+
+def test_a_residual_every_thread_of_a_conv_reads_whole_is_not_overwritten(monkeypatch):
+    """The second block's residual (the first's output) is overwritten unless the conv reading
+    it as its data has every thread read all of it (topi_accel.conv2d.THREADS_READ_WHOLE_INPUT:
+    both cores then hold its lines). (The first block's is the model's input.)"""
+    model, x = nn.Sequential(Bottleneck(), Bottleneck()).eval(), torch.randn(1, 32, 8, 8)
+    for whole, in_place in ((False, 1), (True, 0)):
+        monkeypatch.setattr(inplace, "_threads_read_whole_input", lambda func, whole=whole: whole)
+        optimized, executable = _build(model, x, input_layout="NHWC")
+        assert len(_in_place_calls(optimized)) == in_place
+        assert_close(run_executable(executable, x.permute(0, 2, 3, 1).numpy()), model(x).detach().numpy())
+
+
+def test_no_tensor_overwritten_is_read_whole_by_the_threads_of_a_conv():
+    """In a model whose convs choose their own schedules (ResNet-50's stage-3 bottlenecks, whose
+    1x1 convs split their channel blocks on some targets and their rows on others), no tensor a
+    kernel overwrites is the data of a kernel marked THREADS_READ_WHOLE_INPUT."""
+    model, x = nn.Sequential(*[Bottleneck(1024) for _ in range(3)]).eval(), torch.randn(1, 1024, 14, 14)
+    optimized, executable = _build(model, x, input_layout="NHWC")
+    main = optimized["main"]
+    whole = inplace._shared_readers(optimized, main)
+    overwritten = {call.args[1].fields[-1] for call in _in_place_calls(optimized)}
+    assert not overwritten & whole
+    assert len(overwritten | whole) > 0  # the residuals are one or the other
+    assert_close(run_executable(executable, x.permute(0, 2, 3, 1).numpy()), model(x).detach().numpy())

@@ -517,3 +517,27 @@ def test_flat_pixel_tiles_in_a_model(isa):
         assert_close(
             run_executable(accel_target.build(accel_target.from_torch(model, x), target=target), x.numpy()), ref
         )
+
+
+@pytest.mark.parametrize(
+    "shape, config, whole",
+    [
+        ((1, 14, 14, 64, 96, 1, 1, 0, 1, 1), dict(channels_outer=True, row_chunks=1), True),
+        ((1, 14, 14, 64, 96, 1, 1, 0, 1, 1), dict(channels_outer=True, row_chunks=2), False),
+        ((1, 14, 14, 64, 96, 1, 1, 0, 1, 1), dict(channels_outer=False, row_chunks=1), False),
+        ((1, 14, 14, 64, 64, 3, 1, 1, 1, 64), dict(channels_outer=True, row_chunks=1), False),  # depthwise
+    ],
+    ids=["channel-blocks-split", "rows-in-chunks", "channels-inner", "depthwise"],
+)
+def test_a_conv_whose_every_thread_reads_the_whole_input_says_so(shape, config, whole):
+    """The output block is annotated THREADS_READ_WHOLE_INPUT (for WriteInPlace) exactly when
+    the threads split the channel blocks of a conv without groups, each over every row."""
+    n, h, w, c, o, k, stride, padding, dilation, groups = shape
+    with tvm.target.Target("accel"):
+        geo = topi_accel.conv2d_geometry((n, h, w, c), (o, k, k, c // groups), stride, padding, dilation, groups)
+        cfg = replace(topi_accel.conv2d_config(geo), parallel=True, columns_parallel=False, flat=False, **config)
+    sch = tvm.s_tir.Schedule(topi_accel.conv2d_nhwc_ohwi_func(geo, cfg))
+    annotations = [sch.get(b).annotations for b in topi_accel.epilogue.all_blocks(sch)]
+    assert sum(topi_accel.conv2d.THREADS_READ_WHOLE_INPUT in a for a in annotations) == int(whole)
+    out, ref, _ = _run(shape, "accel", parallel=True, columns_parallel=False, flat=False, **config)
+    assert_close(out, ref)
