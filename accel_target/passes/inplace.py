@@ -19,10 +19,9 @@ inline into a kernel's write-back; this pass works after the accel schedules:
 * no other kernel reads the input as its data with every thread reading all of it (a conv
   whose threads split the channel blocks over every row: its output block is annotated
   topi_accel.conv2d.THREADS_READ_WHOLE_INPUT). Both cores then hold the input's lines, and
-  every line written over first has the other core's copy invalidated: on Zen 2 (2 threads,
-  AVX2 code), ResNet-50's stage-3 bottlenecks (14x14x1024 residual) wrote in place ran at 870 us
-  for three blocks against 648 us written to a fresh tensor, while those of stages 1 and 2,
-  whose convs split rows, gain from it (56x56x256: 554 against 671 us);
+  every line written over first has the other core's copy invalidated: ResNet-50's stage-3
+  bottlenecks (a 14x14x1024 residual) ran slower in place than written to a fresh tensor,
+  while those of stages 1 and 2, whose convs split rows, ran faster;
 * the call becomes ``call_tir_inplace`` of a copy of the kernel that reads the
   input from the output buffer (`read_from_output`); the input is passed last, in
   the output's place.
