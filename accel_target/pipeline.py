@@ -138,6 +138,9 @@ def graph_passes() -> list[tvm.transform.Pass]:
             # model's result)
             fold_what_is_left,
             SimplifyLayouts(),
+            # one permute of a tensor for all its readers: ConvertLayout gives each reader its own
+            # (an NCHW input read by a conv and by a residual add was transposed twice)
+            relax.transform.EliminateCommonSubexpr(),
             FoldConstantNumpy(),
             relax.transform.OptimizeLayoutTransform(),
             relax.transform.RemoveRedundantReshape(),

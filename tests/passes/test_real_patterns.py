@@ -159,3 +159,23 @@ def test_efficient_channel_attention_fed_nhwc_has_no_transpose():
     out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
     assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
     assert accel_target.report(executable).kernels.activation_transforms == 0
+
+
+class InputAsResidual(nn.Module):
+    """relu(conv(relu(conv(x))) + x) on the model's NCHW input: x read by a conv and an add."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(channels, channels, 3, padding=1), nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x))) + x)
+
+
+def test_an_nchw_input_read_twice_is_transposed_once():
+    """ConvertLayout gives each reader of the input its own permute to NHWC; one is kept."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(InputAsResidual(), InputAsResidual()).eval(), torch.randn(1, 16, 8, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
+    assert accel_target.report(executable).kernels.activation_transforms == 2  # the input's and the output's
