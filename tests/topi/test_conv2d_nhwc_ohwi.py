@@ -509,8 +509,9 @@ def test_flat_pixel_tiles_in_a_model(isa):
     # 49 pixels (tiles of 5: two vectors; 160 and 512 channels are not 24s); the 14-wide row
     # tile's 8 accumulators give way to every one of the 12: 98 pixels a chunk (tiles of 6)
     assert sorted(filter(None, flat)) == ([(1, 49), (1, 49), (1, 49), (2, 98)] if twelve else []), flat
-    # the last conv (flat where twelve) writes over the shortcut it adds (accel_target.passes.inplace)
-    assert "R.call_tir_inplace" in mod["main"].script()
+    # the reduce conv's threads split its channel blocks, each reading the whole shortcut, so the
+    # last conv does not write over the shortcut it adds (accel_target.passes.inplace)
+    assert "R.call_tir_inplace" not in mod["main"].script()
     if runs_here(target):
         with torch.no_grad():
             ref = model(x).numpy()
