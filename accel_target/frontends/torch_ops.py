@@ -288,8 +288,8 @@ ELU_ARGS = ("alpha", "scale", "input_scale")
 
 def group_norm(node, importer) -> relax.Expr:
     """aten.native_group_norm(x, weight, bias, N, C, HxW, groups, eps) -> (y, mean, rstd), of
-    which models read y (the others are refused): a missing weight or bias is ones or zeros (timm's PoolFormerV2
-    normalizes without a bias; TVM's converter passes None on and crashes)."""
+    which models read y (the others are refused): a missing weight or bias is ones or zeros
+    (timm's PoolFormerV2 normalizes without a bias; TVM's converter passes None on and crashes)."""
     refuse_unread(node, "its mean or reciprocal deviation")
     x = importer.env[node.args[0]]
     weight, bias, _, channels, _, groups, eps = node.args[1:8]

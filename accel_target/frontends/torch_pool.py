@@ -33,14 +33,10 @@ def _refuse_indices(node) -> None:
     refuse_unread(node, "its indices (return_indices=True)")
 
 
-def _values_only(converter: Converter) -> Converter:
-    """A pool-with-indices converter, refusing a program that reads the indices."""
-
-    def convert(node, importer):
-        _refuse_indices(node)
-        return converter(node, importer)
-
-    return convert
+def max_pool_with_indices(node, importer) -> relax.Expr:
+    """aten.max_pool{2,3}d_with_indices: TVM's converter, for a program that reads only the values."""
+    _refuse_indices(node)
+    return theirs(node, importer)
 
 
 def _cells(size: int, cells: int) -> list[tuple[int, int]]:
@@ -77,5 +73,6 @@ def adaptive_max_pool(node, importer):
 CONVERTERS: dict[str, Converter] = {
     "adaptive_max_pool1d.default": adaptive_max_pool,
     "adaptive_max_pool2d.default": adaptive_max_pool,
-    **{f"max_pool{d}d_with_indices.default": _values_only(theirs) for d in (2, 3)},
+    "max_pool2d_with_indices.default": max_pool_with_indices,
+    "max_pool3d_with_indices.default": max_pool_with_indices,
 }

@@ -9,9 +9,9 @@ Each axis's source coordinates are computed here in float32 as PyTorch computes 
 (ATen's UpSample.h: ``nearest_idx``, ``area_pixel_compute_source_index``). Where TVM's
 ``resize2d`` (which has layout inference: it runs in NHWC) computes the same coordinates, it is
 used: nearest with asymmetric coordinates and floor rounding, linear with half-pixel or
-align-corners coordinates (not to a size of 1, where TVM's scale divides by zero and PyTorch's is
-0: timm's CSATv2 pools a map to 1x1 so). Otherwise the result is gathered with those tables (``take`` per
-axis, and for linear the two neighbours' weights), exactly.
+align-corners coordinates (not to a size of 1, where TVM's scale divides by zero and PyTorch's
+is 0: timm's CSATv2 pools a map to 1x1 so). Otherwise the result is gathered with those tables
+(``take`` per axis, and for linear the two neighbours' weights), exactly.
 """
 
 from __future__ import annotations

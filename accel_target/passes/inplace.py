@@ -119,7 +119,7 @@ def _threads_read_whole_input(func) -> bool:
     return any(topi_accel.conv2d.THREADS_READ_WHOLE_INPUT in sch.get(b).annotations for b in blocks)
 
 
-def _shared_readers(mod: tvm.IRModule, func: relax.Function) -> set:
+def _read_whole(mod: tvm.IRModule, func: relax.Function) -> set:
     """The variables of `func` that a kernel reads as its data (first argument) with every
     thread reading all of it."""
     marked, found = {}, set()
@@ -139,9 +139,9 @@ def _shared_readers(mod: tvm.IRModule, func: relax.Function) -> set:
 
 @mutator
 class _InPlace(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, last_reads: dict, shared: set):
+    def __init__(self, mod: tvm.IRModule, last_reads: dict, read_whole: set):
         super().__init__(mod)
-        self.mod_, self.last_reads, self.shared = mod, last_reads, shared
+        self.mod_, self.last_reads, self.read_whole = mod, last_reads, read_whole
         self.binding = None  # the variable the visited call is bound to
         self.candidates = {}  # kernel -> the index `in_place_input` gives (None: none, or not accel's)
         self.rewritten = {}  # kernel -> GlobalVar of its in-place copy
@@ -157,11 +157,13 @@ class _InPlace(PyExprMutator):
 
     def _fresh(self, var, reader) -> bool:
         """`var` is a tensor a kernel of this function made, read for the last time by
-        `reader`; when a reshape made it (a view, once lowered), so is the reshape's input."""
+        `reader`, and by no kernel whose every thread reads all of it (`_read_whole`); when a
+        reshape made it (a view, once lowered), so is the reshape's input."""
         if (
             not isinstance(var, relax.Var)
             or self.last_reads.get(var) is None
             or not self.last_reads[var].same_as(reader)
+            or var in self.read_whole
         ):
             return False
         producer = self.lookup_binding(var)
@@ -169,18 +171,6 @@ class _InPlace(PyExprMutator):
             return False
         if relax.analysis.has_reshape_pattern(self.builder_.get()[producer.args[0]]):
             return self._fresh(producer.args[1].fields[0], var)
-        return True
-
-    def _read_whole_by_threads(self, var) -> bool:
-        """`var`, or the tensor a reshape of it was made from, is the data of a kernel whose
-        every thread reads all of it (`_shared_readers`)."""
-        while var not in self.shared:
-            producer = self.lookup_binding(var)
-            if not (isinstance(producer, relax.Call) and getattr(producer.op, "name", "") == "relax.call_tir"):
-                return False
-            if not relax.analysis.has_reshape_pattern(self.builder_.get()[producer.args[0]]):
-                return False
-            var = producer.args[1].fields[0]
         return True
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -193,8 +183,6 @@ class _InPlace(PyExprMutator):
         index = self.candidates[gvar]
         if index is None or sum(a.same_as(args[index]) for a in args) > 1 or not self._fresh(args[index], self.binding):
             return call  # (a tensor passed twice would change under the other parameter too)
-        if self._read_whole_by_threads(args[index]):
-            return call
         if gvar not in self.rewritten:
             in_place = attempt(STEP, gvar.name_hint, read_from_output, self.mod_[gvar], index)
             if in_place is None:
@@ -211,7 +199,7 @@ def write_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Every accel kernel call that can, writes its output over an input that dies with it."""
     for gvar, func in list(mod.functions_items()):
         if isinstance(func, relax.Function):
-            rewriter = _InPlace(mod, _last_reads(func), _shared_readers(mod, func))
+            rewriter = _InPlace(mod, _last_reads(func), _read_whole(mod, func))
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
             mod = rewriter.builder_.get()
     return mod

@@ -195,7 +195,7 @@ def test_no_tensor_overwritten_is_read_whole_by_the_threads_of_a_conv():
     model, x = nn.Sequential(*[Bottleneck(1024) for _ in range(3)]).eval(), torch.randn(1, 1024, 14, 14)
     optimized, executable = _build(model, x, input_layout="NHWC")
     main = optimized["main"]
-    whole = inplace._shared_readers(optimized, main)
+    whole = inplace._read_whole(optimized, main)
     overwritten = {call.args[1].fields[-1] for call in _in_place_calls(optimized)}
     assert not overwritten & whole
     assert len(overwritten | whole) > 0  # the residuals are one or the other

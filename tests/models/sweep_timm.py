@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from tests import torchvision_shim
-from tests.models.hf_zoo import perturb_weights
+from tests.models.timm_zoo import TimmModel
 
 SIZE = 64
 NAMES = """
@@ -34,25 +34,22 @@ xception41 xcit_nano_12_p16_224
 
 
 def make(name: str):
-    """(timm's `name` in eval mode with perturbed weights, (NCHW image,)): at SIZE where it runs
-    there, or made for SIZE, else at its own input size."""
+    """(timm's `name` in eval mode with perturbed weights, (NCHW image,)), as the zoo makes its
+    models (timm_zoo.TimmModel): at SIZE where it runs there, or made for SIZE, else at its own
+    input size."""
     torchvision_shim.install()
     import timm
 
+    own = timm.models.get_pretrained_cfg(name).input_size[-1]
     failure = None
-    for kwargs, size in (({}, SIZE), ({"img_size": SIZE}, SIZE), ({}, None)):
-        torch.manual_seed(0)
+    for kwargs, size in (({}, SIZE), ({"img_size": SIZE}, SIZE), ({}, own)):
         try:
-            model = timm.create_model(name, pretrained=False, **kwargs).eval()
-            size = size or model.pretrained_cfg["input_size"][-1]
-            image = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+            model, (image,) = TimmModel("", kwargs, size).make(name)
             with torch.no_grad():
                 model(image)
+            return model, (image,)
         except Exception as err:  # the next form, or the first failure raised
             failure = failure or err
-            continue
-        perturb_weights(model)
-        return model, (image,)
     raise failure
 
 
