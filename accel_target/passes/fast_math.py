@@ -207,7 +207,8 @@ def softplus_parts(var2val: dict, call) -> tuple[relax.Expr, float, float] | Non
     divisor = 1.0
     if op_name(soft) == "relax.divide":
         divisor, soft = _scalar(soft.args[1]), var2val.get(soft.args[0])
-    x_of_z, beta = _scaled(var2val, z)
+    # where(z > t, z, log1p(exp(z))) is beta 1 whatever z is (z may itself be a product: Mish(2x))
+    x_of_z, beta = (x, 1.0) if z.same_as(x) else _scaled(var2val, z)
     if threshold is None or divisor != beta or not x_of_z.same_as(x) or not _same(_log1p_exp_of(var2val, soft), z):
         return None
     return x, beta, threshold

@@ -67,9 +67,21 @@ def _kernel_names(executable) -> list[str]:
     return list(accel_target.report(executable).kernels.calls)
 
 
-def test_pytorch_mish_is_one_vector_op_in_the_conv_write_back():
+class _MishOfScaled(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return nn.functional.mish(self.scale * x)
+
+
+@pytest.mark.parametrize("scale", [None, 2.0], ids=["mish", "mish_of_2x"])
+def test_pytorch_mish_is_one_vector_op_in_the_conv_write_back(scale):
+    """Also Mish of a scaled input: softplus's own beta must not be read into the scale."""
     torch.manual_seed(0)
-    model, x = nn.Sequential(nn.Conv2d(4, 16, 3), nn.Mish()).eval(), torch.randn(1, 4, 10, 10) * 8
+    mish = nn.Mish() if scale is None else _MishOfScaled(scale)
+    model, x = nn.Sequential(nn.Conv2d(4, 16, 3), mish).eval(), torch.randn(1, 4, 10, 10) * 8
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     with torch.no_grad():
         assert_close(run_executable(executable, x.numpy()), model(x).numpy())
