@@ -44,7 +44,7 @@ def _one(name: str) -> dict:
         model, inputs = _models()[name]()
         with torch.no_grad():
             expected = model(*inputs).detach().numpy()
-        exact = _in_float64(model, inputs)
+        exact = _in_float64(model, inputs, expected)
         found["step"] = "import"
         mod = accel_target.from_torch(model, inputs)
         found["step"] = "build"
@@ -70,19 +70,23 @@ def _one(name: str) -> dict:
     return found
 
 
-def _in_float64(model, inputs):
+def _in_float64(model, inputs, expected):
     """The model's output computed in float64 by PyTorch (a copy of it), the reference the sweep
-    measures errors against; None where the model does not run in float64."""
+    measures errors against; None where the model does not run in float64, or where that output
+    is not finite where the float32 one (`expected`) is (canine scales its float32 attention mask
+    by float64's lowest value: -inf in float32, and 0 * -inf is NaN)."""
     import copy
 
+    import numpy as np
     import torch
 
     try:
         with torch.no_grad():
             wide = copy.deepcopy(model).double()
-            return wide(*[x.double() if x.is_floating_point() else x for x in inputs]).detach().float().numpy()
+            exact = wide(*[x.double() if x.is_floating_point() else x for x in inputs]).detach().float().numpy()
     except Exception:  # a model that casts to float32 itself, or a dtype-specific kernel
         return None
+    return exact if np.array_equal(np.isfinite(exact), np.isfinite(expected)) else None
 
 
 def _models() -> dict:
