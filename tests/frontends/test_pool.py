@@ -1,6 +1,7 @@
-"""Adaptive max pooling, pools with indices and group norm without affine parameters as PyTorch
-computes them (accel_target/frontends/torch_pool.py, torch_ops.group_norm): TVM's importer lacks
-the first, returns zeros for the second's indices, and crashes on the third."""
+"""Adaptive max pooling, pools with indices, average pools with a divisor override and group norm
+without affine parameters as PyTorch computes them (accel_target/frontends/torch_pool.py,
+torch_ops.group_norm): TVM's importer lacks the first, returns zeros for the second's indices,
+ignores the third's divisor and crashes on the fourth."""
 
 import pytest
 import torch
@@ -65,6 +66,36 @@ def test_pooling_indices_read_by_the_program_are_refused(model, op):
     """TVM's converters give zeros for the indices: refused, naming the op, rather than wrong."""
     with pytest.raises(UnsupportedModelError, match=f"{op}.* with its indices"):
         accel_target.from_torch(model, (torch.randn(1, 2, 4, 4),))
+
+
+class AvgPool(nn.Module):
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, x):
+        pool = F.avg_pool3d if x.dim() == 5 else F.avg_pool2d
+        return pool(x, **self.options)
+
+
+@pytest.mark.parametrize(
+    "shape, options",
+    [
+        pytest.param((1, 3, 8, 8), dict(kernel_size=3, stride=2, padding=1, divisor_override=2), id="2d"),
+        pytest.param(
+            (2, 3, 8, 9), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, divisor_override=5), id="ceil"
+        ),
+        pytest.param((3, 7, 6), dict(kernel_size=(2, 3), divisor_override=4), id="no-batch"),
+        pytest.param(
+            (1, 2, 5, 6, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, divisor_override=7), id="3d"
+        ),
+    ],
+)
+def test_avg_pool_divisor_override_matches_pytorch(shape, options):
+    """TVM's converter divided by the window, ignoring divisor_override."""
+    model, x = AvgPool(**options).eval(), torch.randn(*shape)
+    compiled = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(compiled(x.numpy()).numpy(), model(x).numpy())
 
 
 @pytest.mark.parametrize("weight, bias", [(True, False), (False, True), (False, False)])
