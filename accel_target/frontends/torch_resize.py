@@ -12,12 +12,21 @@ used: nearest with asymmetric coordinates and floor rounding, linear with half-p
 align-corners coordinates (not to a size of 1, where TVM's scale divides by zero and PyTorch's
 is 0: timm's CSATv2 pools a map to 1x1 so). Otherwise the result is gathered with those tables
 (``take`` per axis, and for linear the two neighbours' weights), exactly.
+
+Antialiased bilinear and bicubic resizes (``antialias=True``): TVM's importer maps the bilinear
+one to the plain bilinear resize, which differs wherever an axis shrinks (the antialiased filter
+widens with the scale), and has no bicubic one. Both are linear and separable: the result is
+``rows @ x @ columns`` with one constant matrix per axis, which PyTorch computes here by
+resizing the identity along that axis (the other axis keeps its size, an identity, so each
+matrix holds PyTorch's own weights). An axis that keeps its size is left out.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from tvm import relax
+
+from strategy.layout import tensor_shape
 
 from .torch_complex import node_arg
 
@@ -106,4 +115,39 @@ def upsample_bilinear2d(node, importer) -> relax.Expr:
     return x
 
 
-CONVERTERS = {"upsample_nearest2d.vec": upsample_nearest2d, "upsample_bilinear2d.vec": upsample_bilinear2d}
+def _antialiased_weights(op, size_in: int, size_out: int, align_corners: bool, scale, axis: int) -> np.ndarray:
+    """One axis's matrix of the antialiased resize `op`: [size_out, size_in] for the rows (axis
+    2), [size_in, size_out] for the columns (axis 3), computed by PyTorch on the identity."""
+    import torch
+
+    rows = axis == 2
+    sizes = [size_out, size_in] if rows else [size_in, size_out]
+    scales = [scale, None] if rows else [None, scale]
+    return op(torch.eye(size_in)[None, None], sizes, align_corners, *scales)[0, 0].numpy()
+
+
+def upsample_antialiased(node, importer) -> relax.Expr:
+    """aten._upsample_{bilinear,bicubic}2d_aa(x, output_size, align_corners, scales_h=None,
+    scales_w=None) on NCHW x: see the module docstring."""
+    bb, x = importer.block_builder, importer.env[node.args[0]]
+    shape, dtype = tensor_shape(x), str(x.ty.dtype)
+    size = [int(s) for s in node.args[1]]
+    if not all(isinstance(n, int) for n in shape):
+        raise NotImplementedError(f"accel: {node.target.__name__} of a symbolic size {shape} is not supported")
+    align = bool(node_arg(node, 2, "align_corners", False))
+    scales = [node_arg(node, 3, "scales_h", None), node_arg(node, 4, "scales_w", None)]
+    for axis in (2, 3):
+        weights = _antialiased_weights(node.target, shape[axis], size[axis - 2], align, scales[axis - 2], axis)
+        if np.array_equal(weights, np.eye(shape[axis])):
+            continue
+        matrix = relax.const(weights.astype(dtype))
+        x = bb.emit(relax.op.matmul(matrix, x) if axis == 2 else relax.op.matmul(x, matrix))
+    return x
+
+
+CONVERTERS = {
+    "upsample_nearest2d.vec": upsample_nearest2d,
+    "upsample_bilinear2d.vec": upsample_bilinear2d,
+    "_upsample_bilinear2d_aa.default": upsample_antialiased,
+    "_upsample_bicubic2d_aa.default": upsample_antialiased,
+}

@@ -1,6 +1,6 @@
 """F.interpolate as PyTorch computes it (accel_target/frontends/torch_resize.py): TVM's importer
-took nearest with half-pixel coordinates rounded to the nearest index, and any scale factor
-with in / out coordinates."""
+took nearest with half-pixel coordinates rounded to the nearest index, any scale factor with
+in / out coordinates, and antialias=True as no antialiasing."""
 
 import pytest
 import torch
@@ -37,6 +37,28 @@ class Interpolate(nn.Module):
 def test_interpolate_matches_pytorch(mode, align_corners, kwargs):
     model = Interpolate(mode, align_corners, kwargs).eval()
     x = torch.randn(1, 2, 3, 4)
+    compiled = accel_target.build(accel_target.from_torch(model, (x,)))
+    assert_close(compiled(x.numpy()).numpy(), model(x).numpy())
+
+
+ANTIALIASED = [
+    pytest.param(mode, align, kwargs, id=f"{mode}-{align}-{name}")
+    for mode in ("bilinear", "bicubic")
+    for align, kwargs, name in [
+        (False, {"size": (3, 4)}, "7x9->3x4"),
+        (False, {"size": (2, 9)}, "7x9->2x9"),
+        (False, {"scale_factor": 0.45}, "x0.45"),
+        (True, {"size": (4, 5)}, "7x9->4x5"),
+        (False, {"size": (9, 11)}, "7x9->9x11"),
+    ]
+]
+
+
+@pytest.mark.parametrize("mode, align_corners, kwargs", ANTIALIASED)
+def test_antialiased_interpolate_matches_pytorch(mode, align_corners, kwargs):
+    """TVM's importer resized without the antialiasing filter (bilinear) or not at all (bicubic)."""
+    model = Interpolate(mode, align_corners, {**kwargs, "antialias": True}).eval()
+    x = torch.randn(1, 2, 7, 9)
     compiled = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(compiled(x.numpy()).numpy(), model(x).numpy())
 
