@@ -20,7 +20,9 @@ that the graph computes).
   `accel_target.passes.quantize` rewrites to the integer kernels like any QDQ graph;
   ``ConvInteger`` (missing in TVM) and ``MatMulInteger`` (which TVM widens to int32) become
   the int8 kernels' own calls, ``conv2d`` / ``matmul`` of uint8 / int8 data and a constant
-  int8 weight with ``out_dtype="int32"``, and the zero points' correction.
+  int8 weight with ``out_dtype="int32"``, and the zero points' correction; ``Resize`` with
+  scales whose product with the input size is not whole maps coordinates as ONNX defines
+  them (accel_target/frontends/onnx_resize.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import get_constant
 from strategy.layout import array_constant, constant_array
 
 from .. import tvm_private
+from .onnx_resize import Resize
 
 # op type -> positions of its inputs that TVM's converter needs as constants (a shape it
 # cannot read from a tensor computed at run time: "Reshape requires the input new shape to be
@@ -360,6 +363,7 @@ class MatMulInteger(stock.MatMulInteger):
 
 
 CONVERTERS = {
+    "Resize": Resize,
     "Pad": Pad,
     "ConstantOfShape": ConstantOfShape,
     "Clip": Clip,

@@ -1,6 +1,7 @@
 """What from_onnx fills in where TVM's ONNX importer fails (accel_target/onnx_quant.py): shapes
-that the graph computes from fixed sizes, and ConstantOfShape of a scalar. References: numpy.
-(Whole models exported so: tests/models/test_hf_zoo.py.)"""
+that the graph computes from fixed sizes, ConstantOfShape of a scalar, Resize's coordinates at
+scales whose products are not whole (onnx_resize.py). References: numpy, onnx's reference
+evaluator. (Whole models exported so: tests/models/test_hf_zoo.py.)"""
 
 import numpy as np
 import pytest
@@ -58,3 +59,70 @@ def test_a_reshape_computed_from_the_input_shape_folds_at_fixed_sizes(sizes):
     x = np.random.default_rng(0).standard_normal((2, 4, 6)).astype("float32")
     shape_dict = None if fixed else {"x": [2, 4, 6]}
     np.testing.assert_array_equal(_run(model, x, shape_dict=shape_dict), x.reshape(2, 24))
+
+
+def _resize_model(scales: list[float], shape: list[int], **attributes):
+    out = [int(np.floor(n * s)) for n, s in zip(shape, scales)]
+    scale_tensor = helper.make_tensor("scales", TensorProto.FLOAT, [len(scales)], scales)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attributes)
+    return float_onnx_model([node], {"x": shape}, {"y": out}, initializers=[scale_tensor])
+
+
+RESIZES = [
+    ("nearest", "asymmetric", "floor"),
+    ("nearest", "half_pixel", "round_prefer_floor"),
+    ("nearest", "pytorch_half_pixel", "round_prefer_ceil"),
+    ("nearest", "asymmetric", "ceil"),
+    ("linear", "pytorch_half_pixel", None),
+    ("linear", "half_pixel", None),
+    ("linear", "asymmetric", None),
+]
+
+
+@pytest.mark.parametrize("mode, coordinates, nearest", RESIZES, ids=["-".join(filter(None, r)) for r in RESIZES])
+@pytest.mark.parametrize("scales", [[1, 1, 1.75, 2.25], [1, 1, 0.625, 0.375]], ids=["up", "down"])
+def test_resize_at_scales_whose_products_are_not_whole_maps_coordinates_as_onnx(mode, coordinates, nearest, scales):
+    """TVM's converter mapped coordinates by in / out sizes where ONNX divides by the scale.
+    (Scales exact in binary: no coordinate falls within float32's rounding of a bound, where
+    onnx's reference, in float64, and float32 runtimes part.)"""
+    from onnx.reference import ReferenceEvaluator
+
+    attributes = {"mode": mode, "coordinate_transformation_mode": coordinates}
+    model = _resize_model(scales, [1, 2, 9, 7], **attributes, **({"nearest_mode": nearest} if nearest else {}))
+    x = np.random.default_rng(0).standard_normal([1, 2, 9, 7]).astype("float32")
+    np.testing.assert_allclose(_run(model, x), ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode, align_corners", [("nearest", None), ("bilinear", False), ("bilinear", True)])
+def test_pytorch_interpolate_by_a_scale_factor_exported_to_onnx_matches_pytorch(mode, align_corners):
+    """F.interpolate(scale_factor=1.7) exported: Resize with nearest/asymmetric/floor,
+    linear/pytorch_half_pixel or linear/align_corners (from the sizes: TVM's converter)."""
+    import io
+
+    import torch
+
+    class Interpolate(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=1.7, mode=mode, align_corners=align_corners)
+
+    x = torch.randn(1, 2, 5, 6)
+    exported = io.BytesIO()
+    torch.onnx.export(Interpolate(), (x,), exported, dynamo=False, opset_version=17)
+    ours = _run(onnx.load_from_string(exported.getvalue()), x.numpy())
+    np.testing.assert_allclose(ours, Interpolate()(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "attributes, match",
+    [
+        ({"mode": "cubic"}, "mode='cubic' with scales .*1.7"),
+        ({"mode": "linear", "antialias": 1}, "antialias=1"),
+        ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, "keep_aspect_ratio_policy=not_larger"),
+    ],
+    ids=["cubic", "antialias", "aspect-ratio"],
+)
+def test_a_resize_tvm_would_compute_otherwise_is_refused_by_name(attributes, match):
+    model = _resize_model([1, 1, 1.7, 2.3], [1, 2, 9, 7], **attributes)
+    model.opset_import[0].version = 18
+    with pytest.raises(accel_target.frontends.UnsupportedModelError, match=match):
+        accel_target.from_onnx(model)
