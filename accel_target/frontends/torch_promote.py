@@ -178,6 +178,17 @@ def floating_input(node, importer) -> relax.Expr:
     return theirs_with(node, importer, arg, cast(importer.block_builder, importer.env[arg], dtype))
 
 
+def where(node, importer) -> relax.Expr:
+    """aten.where.self(condition, x, y): x and y cast to the dtype PyTorch computes in (TVM's
+    converter required one dtype: a float32 and an int64 branch did not import)."""
+    branches = list(node.args[1:3])
+    dtype = _operand_dtype(branches, "DEFAULT")
+    if dtype is None:
+        return theirs(node, importer)
+    x, y = (_operand(importer, branch, dtype) for branch in branches)
+    return importer.block_builder.emit(relax.op.where(importer.env[node.args[0]], x, y))
+
+
 # (the unary ops of PyTorch's INT_TO_FLOAT type promotion that TVM's importer converts)
 FLOATING_UNARY = (
     "exp exp2 expm1 log log2 log10 log1p sigmoid tanh sqrt rsqrt reciprocal sin cos tan asin acos atan "
@@ -236,6 +247,7 @@ CONVERTERS: dict[str, Converter] = {
     "pow.Scalar": power,
     "clamp.default": clamp,
     "clamp.Tensor": clamp,
+    "where.self": where,
 }
 
 __all__ = ["CONVERTERS", "FLOATING_UNARY", "floating_input", "stock", "stock_names", "theirs", "theirs_with"]

@@ -98,6 +98,7 @@ PROMOTION_CASES = {
     "exp of int": lambda x, y, z: torch.exp(x),
     "reciprocal of int": lambda x, y, z: torch.reciprocal(y),
     "sigmoid of bool": lambda x, y, z: torch.sigmoid((x > 0).float()) + torch.sqrt(y.abs()),
+    "where of a float and an int": lambda x, y, z: torch.where(x > 0, z, y),
     # (as before)
     "int * int scalar": lambda x, y, z: x * 2,
     "int + float": lambda x, y, z: x + z,
