@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 
 import tvm
 from tvm import relax
 
 from .errors import UnsupportedModelError, first_line
-from .torch_ops import import_program
+from .torch_ops import failed_op, import_program
 
 
 @contextlib.contextmanager
@@ -85,6 +86,14 @@ def _export(model, example_inputs: tuple, dynamic_shapes):
             return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
 
 
+def _cannot_import(what: str, err: BaseException) -> UnsupportedModelError:
+    """The error for a model that did not import: `err`'s first line, after the aten op whose
+    conversion raised it where the line does not name it."""
+    message, op = first_line(err).removeprefix("accel: "), failed_op(err)
+    where = f"{op}: " if op is not None and not re.search(rf"\b{op.split('.')[0]}\b", message) else ""
+    return UnsupportedModelError(f"accel: cannot import {what}: {where}{message}")
+
+
 def from_torch(model, example_inputs, *, dynamic_shapes=None, keep_params_as_input: bool = False):
     """Import a torch.nn.Module through torch.export.
 
@@ -118,7 +127,7 @@ def from_torch(model, example_inputs, *, dynamic_shapes=None, keep_params_as_inp
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             mod = import_program(program, keep_params_as_input=keep_params_as_input)
     except Exception as err:  # torch.export and the importer raise many types; keep the cause
-        raise UnsupportedModelError(f"accel: cannot import {type(model).__name__}: {first_line(err)}") from err
+        raise _cannot_import(type(model).__name__, err) from err
     if not keep_params_as_input:
         return mod
     mod, params = relax.frontend.detach_params(mod)
@@ -144,7 +153,7 @@ def from_exported_program_file(path) -> tvm.IRModule:
         try:
             return import_program(program)
         except Exception as err:  # the importer raises many types; keep the cause
-            raise UnsupportedModelError(f"accel: cannot import {path!r}: {first_line(err)}") from err
+            raise _cannot_import(repr(path), err) from err
 
 
 __all__ = ["from_exported_program_file", "from_torch", "register_quantized_ops"]

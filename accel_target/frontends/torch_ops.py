@@ -114,7 +114,15 @@ def index_tensor(node, importer) -> relax.Expr:
     picked = [(axis, env[index]) for axis, index in enumerate(node.args[1]) if index is not None]
     axes, indices = [axis for axis, _ in picked], [index for _, index in picked]
     shape = tensor_shape(data)
-    if len(picked) < 2 or shape is None or any(str(i.ty.dtype) == "bool" for i in indices):
+    if any(str(i.ty.dtype) == "bool" for i in indices):
+        try:
+            return importer._index_tensor(node)
+        except Exception as err:  # (a mask the converter cannot take: it gathers at the mask as indices)
+            raise NotImplementedError(
+                "accel: indexing by a boolean mask (x[mask]), whose result's shape depends on the data, "
+                "is not supported"
+            ) from err
+    if len(picked) < 2 or shape is None:
         return importer._index_tensor(node)
     sizes, first = [shape[axis] for axis in axes], axes[0]
     if all(isinstance(i, tvm.ir.expr.Constant) for i in indices) and all(isinstance(s, int) for s in sizes):
@@ -336,7 +344,35 @@ def convert_map(folded: dict) -> dict[str, Converter]:
         custom[name] = _complex_or(complex_converter, custom.get(name) or stock(name))
     for name in names:
         custom[name] = folding(custom.get(name) or stock(name), name, folded)
-    return custom
+    for name in stock_names():
+        custom.setdefault(name, stock(name))
+    return {name: _naming(name, converter) for name, converter in custom.items()}
+
+
+def _naming(name: str, converter: Converter) -> Converter:
+    """`converter`, an error it raises marked with the op it was converting (`failed_op`)."""
+
+    def convert(node, importer):
+        try:
+            return converter(node, importer)
+        except Exception as err:
+            if not hasattr(err, FAILED_OP):
+                setattr(err, FAILED_OP, name)
+            raise
+
+    return convert
+
+
+FAILED_OP = "accel_failed_op"
+
+
+def failed_op(err: BaseException) -> str | None:
+    """The aten op (``split_with_sizes.default``) whose conversion raised `err` or its cause."""
+    while err is not None:
+        if (name := getattr(err, FAILED_OP, None)) is not None:
+            return name
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _unconvertible(name: str) -> bool:
@@ -378,4 +414,4 @@ def import_program(program, *, keep_params_as_input: bool = False):
     return indexing.checked_indexing(mod)
 
 
-__all__ = ["CONVERTERS", "convert_map", "decompositions", "import_program", "slice_tensor"]
+__all__ = ["CONVERTERS", "convert_map", "decompositions", "failed_op", "import_program", "slice_tensor"]

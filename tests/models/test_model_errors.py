@@ -123,8 +123,20 @@ def test_unexportable_torch_model_gives_clear_error():
         def forward(self, x):
             return x[x > 0]
 
-    with pytest.raises(UnsupportedModelError, match="cannot import DataDependent: Take op requires"):
+    with pytest.raises(UnsupportedModelError, match=r"cannot import DataDependent: index.Tensor: .*boolean mask"):
         accel_target.from_torch(DataDependent(), (torch.randn(4),))
+
+
+def test_an_import_error_names_the_op_it_stopped_at():
+    """TVM's split converter fails on sizes computed at run time (a mixture of experts' routing):
+    the error names the op."""
+
+    class DataDependentSplit(torch.nn.Module):
+        def forward(self, x, counts):
+            return torch.split(x, counts.tolist())[0].sum()
+
+    with pytest.raises(UnsupportedModelError, match=r"cannot import DataDependentSplit: split_with_sizes\.default: "):
+        accel_target.from_torch(DataDependentSplit(), (torch.randn(6), torch.tensor([2, 4])))
 
 
 def _broadcast_batch_matmul():
