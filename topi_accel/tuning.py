@@ -90,8 +90,14 @@ def serial_when_small(func: tirx.PrimFunc, knobs) -> tirx.PrimFunc | None:
     below MIN_PARALLEL_WORK_PER_LANE vector lanes for an accel kernel, where a statement
     outside a vectorized loop (a broadcasting consumer after the kernel: a squeeze-excitation
     gate scaling a whole image) weighs as in TVM's own kernels, below
-    MIN_PARALLEL_WORK_SCALAR statements."""
+    MIN_PARALLEL_WORK_SCALAR statements. One of TVM's kernels that computes each row's
+    producers into buffers of its own (`generic._row_by_row`) stays parallel: made serial,
+    LLVM's loop vectorizer on AVX2 targets read a row's slice of such a buffer past its end
+    (SAM's relative-position bias: the next row's slice, unwritten on the first call, so NaN;
+    see serial.computes_rows_in_buffers)."""
     if accel_impl(func) is None:
+        if serial.computes_rows_in_buffers(func):
+            return None
         return serial.serial_when_small(func, MIN_PARALLEL_WORK_SCALAR)
     per_lane = MIN_PARALLEL_WORK_PER_LANE * knobs.lanes
     return serial.serial_when_small(func, per_lane, per_lane // MIN_PARALLEL_WORK_SCALAR)

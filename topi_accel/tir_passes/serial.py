@@ -52,3 +52,19 @@ def serial_when_small(func: tirx.PrimFunc, min_iterations: int, scalar_weight: i
         return None
     body = tvm_ffi.structural_map(func.body, (tirx.For, _serial), order="post")
     return None if body.same_as(func.body) else func.with_body(body)
+
+
+def computes_rows_in_buffers(func: tirx.PrimFunc) -> bool:
+    """Whether `func`'s root block allocates buffers and a parallel loop runs over them: the
+    producers of each row computed under the row loop into a slice of their buffer."""
+    root = getattr(func.body, "block", None)
+    if root is None or len(root.alloc_buffers) == 0:
+        return False
+    parallel = []
+
+    def note(loop: tirx.For) -> tirx.For:
+        parallel.append(loop.kind == tirx.ForKind.PARALLEL)
+        return loop
+
+    tvm_ffi.structural_map(func.body, (tirx.For, note), order="post")
+    return any(parallel)

@@ -1,0 +1,48 @@
+"""TVM's own kernels as topi_accel.generic schedules them and the build's kernel steps finish
+them, against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from tvm import relax
+
+import accel_target
+from tests.helpers import ISAS, assert_close, runs_here
+
+
+class RelativePositionBias(nn.Module):
+    """SAM's decomposed relative-position bias (transformers' SamVisionAttention): the
+    attention scores [b, h*w, h*w] plus a bias along the query rows and one along the columns.
+    Fused, a row of the scores reads a row's slice of each bias, computed into a buffer of the
+    kernel's own under the row loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.rel_h, self.rel_w = nn.Parameter(torch.randn(8, 8, 16)), nn.Parameter(torch.randn(8, 8, 16))
+
+    def forward(self, attn, q):
+        b, h, w, _ = q.shape
+        rel_h = torch.einsum("bhwc,hkc->bhwk", q, self.rel_h)
+        rel_w = torch.einsum("bhwc,wkc->bhwk", q, self.rel_w)
+        attn = attn.reshape(b, h, w, h, w) + rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]
+        return attn.reshape(b, h * w, h * w)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_row_by_row_kernel_with_buffers_of_its_own_is_right_on_every_call(isa):
+    """Made serial as a small kernel, LLVM's loop vectorizer (AVX2 and AVX-512 code) read each
+    row's slice of the bias buffers past its end: garbage (NaN on a first call, 1e19 after)."""
+    torch.manual_seed(0)
+    model, attn, q = RelativePositionBias().eval(), torch.randn(2, 64, 64), torch.randn(2, 8, 8, 16)
+    executable = accel_target.build(accel_target.from_torch(model, (attn, q)), target=ISAS[isa])
+    if not runs_here(ISAS[isa]):
+        pytest.skip(f"built and checked only: this host cannot run {isa} code")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    with torch.no_grad():
+        expected = model(attn, q).numpy()
+    for _ in range(2):
+        out = vm["main"](tvm.runtime.tensor(attn.numpy()), tvm.runtime.tensor(q.numpy())).numpy()
+        assert np.isfinite(out).all()
+        assert_close(out, expected)
