@@ -20,6 +20,8 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
+from .torch_resize import take_at
+
 F32 = np.float32
 
 
@@ -47,10 +49,6 @@ _ROUNDING = {
     "floor": np.floor,
     "ceil": np.ceil,
 }
-
-
-def _take(bb, x, indices: np.ndarray, axis: int) -> relax.Expr:
-    return bb.emit(relax.op.take(x, relax.const(indices.astype("int64")), axis=axis))
 
 
 def _unread(attr: dict) -> str | None:
@@ -92,13 +90,13 @@ class Resize(stock.Resize):
                 continue
             source = _source(coordinate_mode, n, out, scale)
             if mode == "nearest":
-                x = _take(bb, x, np.clip(rounding(source), 0, n - 1), axis)
+                x = take_at(bb, x, np.clip(rounding(source), 0, n - 1), axis)
                 continue
             source = np.clip(source, F32(0), F32(n - 1))
             low = np.floor(source).astype(np.int64)
             high = np.minimum(low + 1, n - 1)
             weight = (source - low.astype(F32)).reshape([-1 if a == axis else 1 for a in range(len(shape))])
-            lows, highs = _take(bb, x, low, axis), _take(bb, x, high, axis)
+            lows, highs = take_at(bb, x, low, axis), take_at(bb, x, high, axis)
             upper = relax.const(weight.astype(str(x.ty.dtype)))
             x = bb.emit(relax.op.add(lows, relax.op.multiply(relax.op.subtract(highs, lows), upper)))
         return x

@@ -75,7 +75,8 @@ def _resize(bb, x, size, method: str, mode: str) -> relax.Expr:
     )
 
 
-def _take(bb, x, indices: np.ndarray, axis: int) -> relax.Expr:
+def take_at(bb, x, indices: np.ndarray, axis: int) -> relax.Expr:
+    """x gathered along `axis` at constant `indices` (a resize's source index table)."""
     return bb.emit(relax.op.take(x, relax.const(indices.astype("int64")), axis=axis))
 
 
@@ -94,7 +95,7 @@ def upsample_nearest2d(node, importer) -> relax.Expr:
     if all(np.array_equal(t, nearest_indices(shape[2 + i], size[i])) for i, t in enumerate(tables)):
         return _resize(bb, x, size, "nearest_neighbor", "asymmetric")  # (TVM's coordinates: in / out)
     for i, table in enumerate(tables):
-        x = _take(bb, x, table, 2 + i)
+        x = take_at(bb, x, table, 2 + i)
     return x
 
 
@@ -109,7 +110,7 @@ def upsample_bilinear2d(node, importer) -> relax.Expr:
         return _resize(bb, x, size, "linear", "align_corners" if align else "half_pixel")
     for i in range(2):
         low, high, weight = linear_sources(shape[2 + i], size[i], align, scales[i])
-        lows, highs = _take(bb, x, low, 2 + i), _take(bb, x, high, 2 + i)
+        lows, highs = take_at(bb, x, low, 2 + i), take_at(bb, x, high, 2 + i)
         upper = _weights(weight, 2 + i, dtype)
         x = bb.emit(relax.op.add(lows, relax.op.multiply(relax.op.subtract(highs, lows), upper)))
     return x
