@@ -77,6 +77,7 @@ KERNEL_STEPS = [
     ("InsertPrefetches", topi_accel.tir_passes.prefetch, "insert_prefetches", lambda func: True),
     ("SerialSmallKernels", topi_accel.tir_passes.serial, "serial_when_small", lambda func: True),
     ("RoundEven", topi_accel.tir_passes.round_even, "round_even", lambda func: True),
+    ("PropagateNaN", topi_accel.tir_passes.nan_extrema, "propagate_nan", lambda func: True),
 ]
 
 

@@ -348,6 +348,69 @@ def test_round_half_to_even_is_vectorized():
     np.testing.assert_array_equal(out.numpy(), np.rint(a))
 
 
+class NaNPaths(nn.Module):
+    """relu and relu6 in conv write-backs, max pooling, maxima and minima of two tensors, amax,
+    activations whose fast forms clamp their input, and a chain of clamps."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
+
+    def forward(self, x, y):
+        a = nn.functional.relu6(self.conv1(x))
+        b = nn.functional.max_pool2d(torch.relu(self.conv2(a)), 2)
+        pooled = nn.functional.max_pool2d(x, 2)
+        both = torch.cat([torch.maximum(pooled, y), torch.minimum(y, pooled), torch.clamp(y, -0.5, 0.5)], 1)
+        chain = torch.maximum(torch.maximum(torch.maximum(y, pooled), y * 2), y - 1).clamp(-3, 3).clamp(-2, 2)
+        acts = [torch.sigmoid(y), torch.tanh(y), nn.functional.silu(y), nn.functional.gelu(y)]
+        acts += [nn.functional.hardswish(y), nn.functional.leaky_relu(y), torch.exp(y)]
+        return b, both, torch.amax(y, (2, 3)), torch.amin(y, (2, 3)), chain, torch.cat(acts, 1)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_nan_propagates_as_in_pytorch(isa):
+    """TVM's max(a, b) is a > b ? a : b, which gave relu(NaN) = 0 and dropped a NaN from a max
+    pool: every floating max and min propagates NaN as PyTorch's do (tir_passes.nan_extrema)."""
+    torch.manual_seed(0)
+    model, x, y = NaNPaths().eval(), torch.randn(1, 3, 8, 8), torch.randn(1, 3, 4, 4)
+    x[0, 1, 2, 3] = y[0, 0, 1, 1] = torch.nan  # one pixel: NaN through every channel of the convs
+    y[0, 2, 3, 0] = -torch.nan
+    executable = accel_target.build(accel_target.from_torch(model, (x, y)), target=ISAS[isa])
+    if not runs_here(ISAS[isa]):
+        pytest.skip(f"built and checked only: this host cannot run {isa} code")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    outputs = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
+    with torch.no_grad():
+        for ours, theirs in zip(outputs, model(x, y)):
+            assert np.isnan(theirs.numpy()).any()
+            np.testing.assert_array_equal(np.isnan(ours.numpy()), np.isnan(theirs.numpy()))
+            assert_close(np.nan_to_num(ours.numpy()), np.nan_to_num(theirs.numpy()))
+
+
+class Extrema(nn.Module):
+    def forward(self, x):
+        pooled = nn.functional.max_pool2d(x, 2)
+        return (
+            torch.amax(x, 1),
+            torch.amin(-x, (2, 3)),
+            pooled,
+            torch.amax(x, (1, 2, 3)),
+            -nn.functional.max_pool2d(-x, 3),
+        )
+
+
+def test_maxima_of_infinities_are_infinite():
+    """TVM's max reductions start from the lowest finite value: the amax or max pool of -infs
+    was -3.4e38. Each accumulates from -inf (a minimum from +inf), as PyTorch's do."""
+    x = torch.full((1, 4, 6, 6), -torch.inf)
+    x[0, 1, 2, 3], x[0, 2, :3, :3] = 1.0, torch.inf
+    executable = accel_target.build(accel_target.from_torch(Extrema().eval(), (x,)))
+    outputs = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    for ours, theirs in zip(outputs, Extrema()(x)):
+        assert np.isinf(theirs.numpy()).any()
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_relax_silu_is_a_vector_epilogue_of_the_conv():
     """R.nn.silu, as a Relax program (rather than TVM's importers, which write sigmoid and
     multiply) states it: computed in the conv's write-back, and equal to PyTorch's SiLU."""
