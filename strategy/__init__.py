@@ -4,7 +4,7 @@ Importing this package registers the implementations in its own registry;
 `install()` hooks them into Relax legalization (done by `import accel_target`).
 """
 
-from . import conv1d, conv2d, conv2d_int8, dense, dense_int8, strassen  # noqa: F401  (registered only)
+from . import conv1d, conv2d, conv2d_int8, dense, dense_int8, search, strassen  # noqa: F401  (registered only)
 from .dispatch import install as _install_op
 from .registry import (
     Decision,
