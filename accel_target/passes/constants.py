@@ -1,6 +1,6 @@
 """Passes about constants: ShareConstants (equal tensor constants become one),
 EmptyConstantsAtRunTime (a constant of no element made by a kernel), BindConstantSizes (shape
-variables known at compile time become numbers)."""
+variables known at compile time become numbers), ZeroDivisors (division by a constant zero)."""
 
 from __future__ import annotations
 
@@ -127,3 +127,46 @@ class BindConstantSizes:
                 mod = relax.transform.BindSymbolicVars(sizes, gvar.name_hint)(mod)
                 done.update(sizes)
         return mod
+
+
+# x / 0 of floats as IEEE 754 computes it: x times an infinity of the zero's sign
+_BY_ZERO = {"relax.divide": "infinity", "relax.floor_divide": "infinity", "relax.mod": "nan", "relax.floor_mod": "nan"}
+
+
+def _zero_scalar(expr) -> float | None:
+    """The value of `expr` where it is a 0-d constant equal to zero (-0.0 included), else None."""
+    if not isinstance(expr, tvm.ir.expr.Constant) or expr.ty.ndim != 0:
+        return None
+    value = expr.value.numpy()[()]
+    return value if value == 0 else None
+
+
+@mutator
+class _ZeroDivisorRewriter(PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        kind = _BY_ZERO.get(op_name(call))
+        zero = None if kind is None else _zero_scalar(call.args[1])
+        if zero is None:
+            return call
+        dtype = str(call.args[1].ty.dtype)
+        if not dtype.startswith(("float", "bfloat")):
+            raise ValueError(
+                f"{op_name(call)}: divides {call.args[0].ty.dtype} values by the constant {zero}; integer division "
+                "by zero has no result (PyTorch raises ZeroDivisionError), only floats divide by zero"
+            )
+        factor = np.copysign(np.inf, zero) if kind == "infinity" else np.nan
+        return relax.op.multiply(call.args[0], relax.const(factor, dtype))
+
+
+@tvm.transform.module_pass(opt_level=0, name="ZeroDivisors")
+class ZeroDivisors:
+    """A float divided by a constant zero (``x / 0``, ``torch.nan_to_num(x / 0)``, a remainder
+    by 0.0) is computed as IEEE 754 defines it: x times an infinity of the zero's sign (a floor
+    division too), a remainder NaN. TVM's legalization passes a scalar constant to the kernel as
+    an immediate, and building ``x / 0.0`` then stopped on its constant folder's check
+    ("Divide by zero"). An integer divided by a constant zero is a clear error naming the op.
+    Before LegalizeOps, after every folding that could make the zero."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_ZeroDivisorRewriter, mod)

@@ -294,3 +294,30 @@ def test_complex_values_accel_does_not_carry_are_an_error(fn, x, message):
     """Never a computation on the (real, imaginary) pairs as if they were real values."""
     with pytest.raises(UnsupportedModelError, match=re.escape(message)):
         accel_target.from_torch(_Lambda(fn), (x,))
+
+
+class _ByZero(torch.nn.Module):
+    def forward(self, x):
+        divided = torch.cat([x / 0, x / -0.0, torch.floor_divide(x, 0.0), torch.div(x, 0.0, rounding_mode="trunc")])
+        return torch.nan_to_num(x / 0), divided, torch.remainder(x, 0.0), torch.fmod(x, -0.0)
+
+
+def test_float_division_by_a_constant_zero_as_pytorch():
+    """IEEE 754's x / 0 (an infinity of the signs' product, NaN for 0 and NaN), and a remainder
+    by zero NaN: building x / 0.0 stopped on TVM's constant folder's "Divide by zero" check."""
+    x = torch.tensor([[1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf]])
+    executable = accel_target.build(accel_target.from_torch(_ByZero(), (x,)))
+    outputs = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    for ours, theirs in zip(outputs, _ByZero()(x)):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+class _IntegerByZero(torch.nn.Module):
+    def forward(self, x):
+        return torch.div(x, 0, rounding_mode="floor")
+
+
+def test_integer_division_by_a_constant_zero_is_an_error():
+    mod = accel_target.from_torch(_IntegerByZero(), (torch.tensor([3, 4]),))
+    with pytest.raises(ValueError, match=r"floor_divide: divides int64 values by the constant 0.*ZeroDivisionError"):
+        accel_target.build(mod)
