@@ -18,6 +18,9 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
 - Adaptive max pooling, and pools whose indices the program reads refused rather than zeros
   (accel_target/frontends/torch_pool.py); group norm without a weight or a bias.
 - ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
+- Ops TVM's importer lacks: fmax, fmin, hypot, copysign, signbit, bit shifts, var_mean / std_mean
+  with a correction, prod along a dim, scatter_add / scatter_reduce, cdist
+  (accel_target/frontends/torch_math.py).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.
 - Every indexing op the importer emits checked (accel_target/passes/indexing.py): PyTorch's negative
@@ -40,6 +43,7 @@ from . import torch_complex
 from .torch_attention import scaled_dot_product_attention
 from .torch_complex import node_arg as _scalar
 from .torch_fold import Converter, decomposed, decompositions, folding, input_independent_values
+from .torch_math import CONVERTERS as MATH_OPS
 from .torch_pool import CONVERTERS as POOL_OPS
 from .torch_pool import refuse_unread
 from .torch_promote import CONVERTERS as PROMOTING_OPS
@@ -327,6 +331,7 @@ CONVERTERS: dict[str, Converter] = {
     **QUANTIZED_OPS,
     **RESIZE_OPS,
     **POOL_OPS,
+    **MATH_OPS,
     "native_group_norm.default": group_norm,
 }
 

@@ -1,0 +1,201 @@
+"""Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
+them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
+std_mean with a correction, prod along a dim), scatter_add / scatter_reduce and cdist.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax, te, tirx
+
+from .torch_complex import cast
+from .torch_complex import node_arg as _arg
+from .torch_fold import Converter
+from .torch_promote import promoting
+
+
+def _floating(value: relax.Expr) -> bool:
+    return str(value.ty.dtype).startswith(("float", "bfloat"))
+
+
+def _nan_ignoring(op) -> callable:
+    """fmax / fmin: `op` of the two, or the other where one is NaN (NaN where both are)."""
+
+    def compute(a: relax.Expr, b: relax.Expr) -> relax.Expr:
+        if not _floating(a):
+            return op(a, b)
+        return relax.op.where(relax.op.isnan(a), b, relax.op.where(relax.op.isnan(b), a, op(a, b)))
+
+    return compute
+
+
+def _signbit_te(x: te.Tensor) -> te.Tensor:
+    bits = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}[str(x.dtype)]
+    return te.compute(x.shape, lambda *i: tirx.reinterpret(bits, x(*i)) < 0, name="signbit")
+
+
+def _signbit(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
+    """Whether each element's sign bit is set (-0.0 and negative NaNs too), as a bool tensor."""
+    if not _floating(x):
+        return bb.emit(relax.op.less(x, relax.const(0, str(x.ty.dtype))))
+    return bb.emit_te(_signbit_te, x, primfunc_name_hint="signbit")
+
+
+def signbit(node, importer) -> relax.Expr:
+    """aten.signbit(x)."""
+    return _signbit(importer.block_builder, importer.env[node.args[0]])
+
+
+def copysign(node, importer) -> relax.Expr:
+    """aten.copysign(a, b): |a| with b's sign bit, in floating point (PyTorch's promotion)."""
+
+    def compute(a, b):
+        magnitude = relax.op.abs(a)
+        return relax.op.where(_signbit(importer.block_builder, b), relax.op.negative(magnitude), magnitude)
+
+    return promoting(compute, "INT_TO_FLOAT")(node, importer)
+
+
+def _hypot(a: relax.Expr, b: relax.Expr) -> relax.Expr:
+    """sqrt(a² + b²) scaled by the larger magnitude, so that it overflows only where the result
+    does; inf where either is infinite (NaN or not), as C's hypot."""
+    dtype = str(a.ty.dtype)
+    zero, one, inf = (relax.const(v, dtype) for v in (0.0, 1.0, np.inf))
+    big = relax.op.maximum(relax.op.abs(a), relax.op.abs(b))
+    small = relax.op.minimum(relax.op.abs(a), relax.op.abs(b))
+    ratio = relax.op.divide(small, relax.op.where(relax.op.equal(big, zero), one, big))
+    scaled = relax.op.multiply(big, relax.op.sqrt(relax.op.add(one, relax.op.multiply(ratio, ratio))))
+    infinite = relax.op.logical_or(relax.op.isinf(a), relax.op.isinf(b))
+    return relax.op.where(infinite, inf, scaled)
+
+
+def _shift(left: bool) -> callable:
+    """a << b and a >> b of integers as PyTorch computes them: a shift by a negative amount or
+    by the width or more gives 0 (a right shift of a negative value -1), where LLVM's shift has
+    no defined result."""
+
+    def compute(a: relax.Expr, b: relax.Expr) -> relax.Expr:
+        dtype = str(a.ty.dtype)
+        if not dtype.startswith(("int", "uint")):
+            raise NotImplementedError(f"accel: a bit shift of {dtype} values; PyTorch shifts integers only")
+        width = np.iinfo(dtype).bits
+        outside = relax.op.logical_or(
+            relax.op.less(b, relax.const(0, dtype)), relax.op.greater_equal(b, relax.const(width, dtype))
+        )
+        safe = relax.op.where(outside, relax.const(0, dtype), b)
+        if left:
+            return relax.op.where(outside, relax.const(0, dtype), relax.op.left_shift(a, safe))
+        signed = dtype.startswith("int")
+        sign = relax.op.right_shift(a, relax.const(width - 1, dtype)) if signed else relax.const(0, dtype)
+        return relax.op.where(outside, sign, relax.op.right_shift(a, safe))
+
+    return compute
+
+
+def _dims(node, index: int, rank: int) -> list[int]:
+    dims = _arg(node, index, "dim", None)
+    if dims is None or dims == []:  # every axis, as PyTorch reads an empty list
+        return list(range(rank))
+    return sorted({d % rank for d in ([dims] if isinstance(dims, int) else dims)})
+
+
+def var_mean(node, importer) -> relax.Expr:
+    """aten.var_mean.correction(x, dim=None, *, correction=1, keepdim=False) -> (var, mean):
+    the sum of squared deviations over (count - correction), as PyTorch divides it (a count
+    not above the correction gives inf or NaN, as there); std_mean decomposes to it."""
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    if not _floating(x):
+        raise NotImplementedError(f"accel: var_mean of {x.ty.dtype} values; PyTorch takes floating inputs")
+    dtype, shape = str(x.ty.dtype), [int(d) for d in x.ty.shape]
+    dims = _dims(node, 1, len(shape))
+    correction = _arg(node, 2, "correction", None)
+    correction = 1.0 if correction is None else float(correction)
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    count = float(np.prod([shape[d] for d in dims]))
+    mean = bb.emit(relax.op.mean(x, dims, keepdims=True))
+    deviation = bb.emit(relax.op.subtract(x, mean))
+    squares = bb.emit(relax.op.sum(relax.op.multiply(deviation, deviation), dims, keepdims=keepdim))
+    variance = bb.emit(relax.op.divide(squares, relax.const(max(count - correction, 0.0), dtype)))
+    if not keepdim:
+        mean = bb.emit(relax.op.squeeze(mean, dims))
+    return bb.emit(relax.Tuple([variance, mean]))
+
+
+def prod_dim(node, importer) -> relax.Expr:
+    """aten.prod.dim_int(x, dim, keepdim=False, *, dtype=None): integers and bools multiply in
+    int64, as in PyTorch."""
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    dtype = node.kwargs.get("dtype")
+    if dtype is not None:
+        x = cast(bb, x, importer._convert_data_type(dtype))
+    elif not _floating(x):
+        x = cast(bb, x, "int64")
+    dim = node.args[1] % len(x.ty.shape)
+    return bb.emit(relax.op.prod(x, [dim], keepdims=bool(_arg(node, 2, "keepdim", False))))
+
+
+_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def scatter_reduce(node, importer) -> relax.Expr:
+    """aten.scatter_add(x, dim, index, src) and scatter_reduce.two(x, dim, index, src, reduce,
+    include_self=True): each src element at index[i] along dim combined into a copy of x. Only
+    src's leading part of index's shape is read, as in PyTorch (TVM's scatter takes src of
+    index's shape). "mean" and include_self=False are refused by name."""
+    bb = importer.block_builder
+    x, dim, index, src = (importer.env[a] if i != 1 else a for i, a in enumerate(node.args[:4]))
+    reduce = "sum" if node.target.__name__.startswith("scatter_add") else _arg(node, 4, "reduce", None)
+    name = node.target.__name__
+    if reduce not in _REDUCTIONS:
+        raise NotImplementedError(f"accel: {name} with reduce={reduce!r}; supported: {', '.join(_REDUCTIONS)}")
+    if not _arg(node, 5, "include_self", True):
+        raise NotImplementedError(f"accel: {name} with include_self=False is not supported")
+    index_shape = [int(d) for d in index.ty.shape]
+    if [int(d) for d in src.ty.shape] != index_shape:
+        src = bb.emit(relax.op.strided_slice(src, list(range(len(index_shape))), [0] * len(index_shape), index_shape))
+    dim %= len(index_shape)
+    return bb.emit(relax.op.scatter_elements(x, index, src, dim, _REDUCTIONS[reduce]))
+
+
+def cdist(node, importer) -> relax.Expr:
+    """aten._cdist_forward(x1 [..., P, M], x2 [..., R, M], p, compute_mode) -> [..., P, R]: the
+    p-norm distance of every pair of rows (p = 0 counts the coordinates that differ; p = inf
+    the largest difference)."""
+    bb = importer.block_builder
+    x1, x2 = importer.env[node.args[0]], importer.env[node.args[1]]
+    p = float(node.args[2])
+    rank = len(x1.ty.shape)
+    dtype = str(x1.ty.dtype)
+    diff = relax.op.abs(relax.op.subtract(relax.op.expand_dims(x1, rank - 1), relax.op.expand_dims(x2, rank - 2)))
+    last = [rank]
+    if p == 0:
+        return bb.emit(relax.op.sum(relax.op.astype(relax.op.not_equal(diff, relax.const(0.0, dtype)), dtype), last))
+    if p == np.inf:
+        return bb.emit(relax.op.max(diff, last))
+    if p == 1:
+        return bb.emit(relax.op.sum(diff, last))
+    if p == 2:
+        return bb.emit(relax.op.sqrt(relax.op.sum(relax.op.multiply(diff, diff), last)))
+    powered = relax.op.sum(relax.op.power(diff, relax.const(p, dtype)), last)
+    return bb.emit(relax.op.power(powered, relax.const(1.0 / p, dtype)))
+
+
+CONVERTERS: dict[str, Converter] = {
+    "fmax.default": promoting(_nan_ignoring(relax.op.maximum)),
+    "fmin.default": promoting(_nan_ignoring(relax.op.minimum)),
+    "hypot.default": promoting(_hypot, "INT_TO_FLOAT"),
+    "copysign.Tensor": copysign,
+    "copysign.Scalar": copysign,
+    "signbit.default": signbit,
+    **{f"__lshift__.{o}": promoting(_shift(left=True)) for o in ("Tensor", "Scalar")},
+    **{f"__rshift__.{o}": promoting(_shift(left=False)) for o in ("Tensor", "Scalar")},
+    **{f"bitwise_left_shift.{o}": promoting(_shift(left=True)) for o in ("Tensor", "Tensor_Scalar")},
+    **{f"bitwise_right_shift.{o}": promoting(_shift(left=False)) for o in ("Tensor", "Tensor_Scalar")},
+    "var_mean.correction": var_mean,
+    "prod.dim_int": prod_dim,
+    "scatter_add.default": scatter_reduce,
+    "scatter_reduce.two": scatter_reduce,
+    "_cdist_forward.default": cdist,
+}

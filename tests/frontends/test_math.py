@@ -1,0 +1,91 @@
+"""Elementwise ops, reductions, scatters and distances that TVM's importer lacks, as PyTorch
+computes them (accel_target/frontends/torch_math.py), edge values included."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+
+import accel_target
+from accel_target.frontends import UnsupportedModelError
+
+
+class Op(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _outputs(executable, inputs) -> list[np.ndarray]:
+    """The outputs of a run through the VM: the model callable refuses NaN and Inf inputs."""
+    out = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+torch.manual_seed(0)
+X, Y = torch.randn(3, 5), torch.randn(3, 5)
+EDGE_A = torch.tensor([1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 3e30, np.nan])
+EDGE_B = torch.tensor([np.nan, 0.0, -0.0, -1.0, 2.0, np.nan, 1.0, 4e30, np.nan])
+INTS, SHIFTS = torch.randint(-1000, 1000, (4, 6)), torch.randint(-3, 70, (4, 6))
+INDEX = torch.tensor([[0, 2, 1, 0, 2], [1, 1, 0, 2, 2], [2, 0, 0, 1, 1]])
+
+# (id, function, inputs): exact where PyTorch's result is (NaN where it is NaN)
+CASES = [
+    # NaN where both are, the other where one is
+    ("fmax", torch.fmax, (EDGE_A, EDGE_B)),
+    ("fmin", torch.fmin, (EDGE_A, EDGE_B)),
+    ("fmax-int", torch.fmax, (INTS, SHIFTS)),
+    # no overflow below the result's, inf where either is infinite
+    ("hypot", torch.hypot, (EDGE_A, EDGE_B)),
+    # the sign bit: -0.0 and NaN's sign too
+    ("copysign", torch.copysign, (EDGE_A, EDGE_B)),
+    ("copysign-scalar", lambda a: torch.copysign(a, -1.0), (EDGE_A,)),
+    ("signbit", torch.signbit, (EDGE_A,)),
+    # shifts by a negative amount or by 64 or more: 0 (-1 for a right shift of a negative)
+    ("lshift", lambda a, b: a << b, (INTS, SHIFTS)),
+    ("rshift", lambda a, b: a >> b, (INTS, SHIFTS)),
+    ("lshift-scalar", lambda a: a << 3, (INTS,)),
+    ("var_mean", lambda a: torch.var_mean(a, 1, correction=0), (X,)),
+    ("std_mean", lambda a: torch.std_mean(a, (0, 1), correction=2, keepdim=True), (X,)),
+    ("var_mean-all", torch.var_mean, (X,)),
+    ("var_mean-one-element", lambda a: torch.var_mean(a[:, :1], 1), (X,)),  # 0 / 0: NaN
+    ("prod-dim", lambda a: torch.prod(a, 1), (X,)),
+    ("prod-dim-int", lambda a: torch.prod(a % 5, 0, keepdim=True), (INTS,)),  # in int64
+    ("scatter_add", lambda a: torch.zeros(3, 5).scatter_add(1, INDEX, a), (X,)),
+    ("scatter_add-part", lambda a: torch.zeros(4, 6).scatter_add(0, INDEX[:2, :3], a), (X,)),
+    ("scatter_reduce-amax", lambda a: torch.ones(3, 5).scatter_reduce(1, INDEX, a, "amax"), (X,)),
+    ("scatter_reduce-prod", lambda a: torch.ones(3, 5).scatter_reduce(0, INDEX, a, "prod"), (X,)),
+    ("cdist", torch.cdist, (X, Y)),
+    ("cdist-p1-batched", lambda a, b: torch.cdist(a[None], b[None, :2], p=1), (X, Y)),
+    ("cdist-p3", lambda a, b: torch.cdist(a, b, p=3), (X, Y)),
+    ("cdist-inf", lambda a, b: torch.cdist(a, b, p=float("inf")), (X, Y)),
+    ("cdist-p0", lambda a, b: torch.cdist(a.round(), b.round(), p=0), (X, Y)),
+]
+
+
+@pytest.mark.parametrize("fn, inputs", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_op_matches_pytorch(fn, inputs):
+    model = Op(fn).eval()
+    expected = model(*inputs)
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    outputs = _outputs(accel_target.build(accel_target.from_torch(model, inputs)), inputs)
+    for ours, theirs in zip(outputs, expected, strict=True):
+        theirs = theirs.numpy()
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=1e-6 * float(np.nanmax(np.abs(theirs), initial=1)))
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "mean"), "scatter_reduce.two with reduce='mean'"),
+        (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "sum", include_self=False), "include_self=False"),
+    ],
+)
+def test_unsupported_variants_are_refused_by_name(fn, words):
+    with pytest.raises(UnsupportedModelError, match=words):
+        accel_target.from_torch(Op(fn).eval(), (X,))
