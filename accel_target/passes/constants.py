@@ -1,6 +1,6 @@
 """Passes about constants: ShareConstants (equal tensor constants become one),
 EmptyConstantsAtRunTime (a constant of no element made by a kernel), BindConstantSizes (shape
-variables known at compile time become numbers), ZeroDivisors (division by a constant zero)."""
+variables known at compile time become numbers), ZeroConstants (arithmetic with a constant zero)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ class BindConstantSizes:
         return mod
 
 
-# x / 0 of floats as IEEE 754 computes it: x times an infinity of the zero's sign
+# x / 0 of floats as IEEE 754 computes it: x times an infinity of the zero's sign, or NaN
 _BY_ZERO = {"relax.divide": "infinity", "relax.floor_divide": "infinity", "relax.mod": "nan", "relax.floor_mod": "nan"}
 
 
@@ -141,32 +141,48 @@ def _zero_scalar(expr) -> float | None:
     return value if value == 0 else None
 
 
+def _floating(expr) -> bool:
+    return str(expr.ty.dtype).startswith(("float", "bfloat"))
+
+
 @mutator
-class _ZeroDivisorRewriter(PyExprMutator):
+class _ZeroRewriter(PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        kind = _BY_ZERO.get(op_name(call))
-        zero = None if kind is None else _zero_scalar(call.args[1])
+        name = op_name(call)
+        if name == "relax.multiply":
+            return self._times_zero(call)
+        zero = _zero_scalar(call.args[1]) if name in _BY_ZERO else None
         if zero is None:
             return call
-        dtype = str(call.args[1].ty.dtype)
-        if not dtype.startswith(("float", "bfloat")):
+        if not _floating(call.args[1]):
             raise ValueError(
-                f"{op_name(call)}: divides {call.args[0].ty.dtype} values by the constant {zero}; integer division "
+                f"{name}: divides {call.args[0].ty.dtype} values by the constant {zero}; integer division "
                 "by zero has no result (PyTorch raises ZeroDivisionError), only floats divide by zero"
             )
-        factor = np.copysign(np.inf, zero) if kind == "infinity" else np.nan
-        return relax.op.multiply(call.args[0], relax.const(factor, dtype))
+        factor = np.copysign(np.inf, zero) if _BY_ZERO[name] == "infinity" else np.nan
+        return relax.op.multiply(call.args[0], relax.const(factor, str(call.args[1].ty.dtype)))
+
+    def _times_zero(self, call):
+        """x * 0.0 with the zero as a one-element tensor of x's rank (x's shape unchanged)."""
+        for zero, other in (call.args, call.args[::-1]):
+            rank = getattr(other.ty, "ndim", -1)
+            if _zero_scalar(zero) is not None and _floating(zero) and rank > 0:
+                ones = relax.const(zero.value.numpy().reshape([1] * rank))
+                return relax.op.multiply(*(([ones, other]) if zero.same_as(call.args[0]) else [other, ones]))
+        return call
 
 
-@tvm.transform.module_pass(opt_level=0, name="ZeroDivisors")
-class ZeroDivisors:
-    """A float divided by a constant zero (``x / 0``, ``torch.nan_to_num(x / 0)``, a remainder
-    by 0.0) is computed as IEEE 754 defines it: x times an infinity of the zero's sign (a floor
-    division too), a remainder NaN. TVM's legalization passes a scalar constant to the kernel as
-    an immediate, and building ``x / 0.0`` then stopped on its constant folder's check
-    ("Divide by zero"). An integer divided by a constant zero is a clear error naming the op.
-    Before LegalizeOps, after every folding that could make the zero."""
+@tvm.transform.module_pass(opt_level=0, name="ZeroConstants")
+class ZeroConstants:
+    """Arithmetic with a constant zero as IEEE 754 defines it. TVM's legalization gives a
+    kernel a scalar constant as an immediate, and its constant folder then takes x * 0.0 as 0
+    (NaN and inf times zero are NaN) and stops a build of x / 0.0 on its check ("Divide by
+    zero"). A float multiplied by a constant zero reads the zero as a one-element tensor; one
+    divided by a constant zero is x times an infinity of the zero's sign (``nan_to_num(x / 0)``),
+    a remainder by zero NaN; an integer divided by a constant zero is an error naming the op
+    (PyTorch raises ZeroDivisionError). Before LegalizeOps, after every folding that could make
+    the zero."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(_ZeroDivisorRewriter, mod)
+        return rewrite_functions(_ZeroRewriter, mod)

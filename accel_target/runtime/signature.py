@@ -314,6 +314,5 @@ def check_finite(array: np.ndarray, spec: TensorSpec, index: int) -> None:
     nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
     raise ValueError(
         f"accel model: input {index} ({spec.name}) holds {nan} NaN and {inf} Inf values; expected finite "
-        f"numbers (TVM's arithmetic simplifier takes x * 0 and x - x as 0, so a NaN or Inf can vanish and "
-        f"the output look valid): clean the input, or load with check_finite=False to pass it through unchecked"
+        f"numbers: clean the input, or load with check_finite=False to pass it through unchecked"
     )

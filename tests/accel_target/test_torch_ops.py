@@ -299,12 +299,13 @@ def test_complex_values_accel_does_not_carry_are_an_error(fn, x, message):
 class _ByZero(torch.nn.Module):
     def forward(self, x):
         divided = torch.cat([x / 0, x / -0.0, torch.floor_divide(x, 0.0), torch.div(x, 0.0, rounding_mode="trunc")])
-        return torch.nan_to_num(x / 0), divided, torch.remainder(x, 0.0), torch.fmod(x, -0.0)
+        return torch.nan_to_num(x / 0), divided, torch.remainder(x, 0.0), torch.fmod(x, -0.0), x * 0, -0.0 * x
 
 
-def test_float_division_by_a_constant_zero_as_pytorch():
-    """IEEE 754's x / 0 (an infinity of the signs' product, NaN for 0 and NaN), and a remainder
-    by zero NaN: building x / 0.0 stopped on TVM's constant folder's "Divide by zero" check."""
+def test_float_arithmetic_with_a_constant_zero_as_pytorch():
+    """IEEE 754's x / 0 (an infinity of the signs' product, NaN for 0 and NaN), a remainder by
+    zero NaN, and x * 0 NaN for NaN and inf: building x / 0.0 stopped on TVM's constant folder's
+    "Divide by zero" check, and that folder took x * 0.0 as 0."""
     x = torch.tensor([[1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf]])
     executable = accel_target.build(accel_target.from_torch(_ByZero(), (x,)))
     outputs = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
