@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
@@ -141,13 +142,16 @@ def _insert(stmt: tirx.Stmt, outer: tirx.For | None, params, fetch, loops: list,
 
 
 def asks_for_prefetches(func: tirx.PrimFunc) -> bool:
-    """Whether a loop of `func` carries the annotation of `prefetch_next_panel` (True for a
-    function without blocks, lowered already: `insert_prefetches` looks at its loops)."""
+    """Whether a loop of `func` carries the annotation of `prefetch_next_panel` (a function
+    without blocks, lowered already or written as loops, such as TVM's searchsorted: any of
+    its loops)."""
     sch = s_tir.Schedule(func)
     try:
         blocks = all_blocks(sch)
     except ScheduleError:
-        return True
+        found = []
+        tvm_ffi.structural_map(func.body, (tirx.For, lambda loop: found.append(PREFETCH in loop.annotations) or loop))
+        return any(found)
     return any(PREFETCH in sch.get(loop).annotations for block in blocks for loop in sch.get_loops(block))
 
 
