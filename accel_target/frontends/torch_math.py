@@ -1,6 +1,7 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim), scatter_add / scatter_reduce and cdist.
+std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, cdist and
+EmbeddingBag.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from tvm import relax, te, tirx
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
+from .torch_pool import refuse_unread
 from .torch_promote import promoting
 
 
@@ -182,6 +184,57 @@ def cdist(node, importer) -> relax.Expr:
     return bb.emit(relax.op.power(powered, relax.const(1.0 / p, dtype)))
 
 
+_BAG_MODES = ("sum", "mean", "max")
+
+
+def embedding_bag(node, importer) -> relax.Expr:
+    """aten._embedding_bag(weight [V, D], indices [N], offsets [B], scale_grad_by_freq, mode,
+    sparse, per_sample_weights, include_last_offset, padding_idx) -> (output [B, D], ...), of
+    which models read the output: bag b holds the rows weight[indices[n]] for n from offsets[b]
+    up to the next offset, reduced by their sum (each times its per-sample weight), mean or
+    maximum; an empty bag is zeros, a row at padding_idx counts in none. Each index's bag is
+    found at run time (offsets may be an input)."""
+    refuse_unread(node, "its offset2bag, bag_size or max_indices")
+    bb = importer.block_builder
+    weight, indices, offsets = (importer.env[a] for a in node.args[:3])
+    mode = _BAG_MODES[int(_arg(node, 4, "mode", 0))]
+    samples = _arg(node, 6, "per_sample_weights", None)
+    include_last = bool(_arg(node, 7, "include_last_offset", False))
+    padding = _arg(node, 8, "padding_idx", None)
+    dtype = str(weight.ty.dtype)
+    count, bags, dim = indices.ty.shape[0], offsets.ty.shape[0], weight.ty.shape[1]
+    bags = bags - 1 if include_last else bags
+    rows = relax.op.take(weight, indices, axis=0)
+    if samples is not None:
+        rows = relax.op.multiply(rows, relax.op.expand_dims(importer.env[samples], 1))
+    # the bag of each index: the number of offsets at or before its position, less one
+    position = relax.op.arange(0, count, dtype=str(offsets.ty.dtype))
+    bag = bb.emit(
+        relax.op.expand_dims(
+            relax.op.subtract(relax.op.bucketize(position, offsets, right=True), relax.const(1, "int64")), 1
+        )
+    )
+    counted = relax.op.ones([count], dtype)
+    if padding is not None and padding >= 0:
+        kept = relax.op.not_equal(indices, relax.const(padding, str(indices.ty.dtype)))
+        counted = relax.op.astype(kept, dtype)
+        if mode == "max":
+            rows = relax.op.where(relax.op.expand_dims(kept, 1), rows, relax.const(-np.inf, dtype))
+        else:
+            rows = relax.op.multiply(rows, relax.op.expand_dims(counted, 1))
+    in_bag = bb.emit(relax.op.scatter_nd(relax.op.zeros([bags], dtype), bag, counted, "add"))
+    if mode == "max":
+        start = relax.op.broadcast_to(relax.const(-np.inf, dtype), [bags, dim])
+        largest = relax.op.scatter_nd(start, bag, rows, "max")
+        empty = relax.op.expand_dims(relax.op.equal(in_bag, relax.const(0.0, dtype)), 1)
+        return bb.emit(relax.op.where(empty, relax.const(0.0, dtype), largest))
+    total = relax.op.scatter_nd(relax.op.zeros([bags, dim], dtype), bag, rows, "add")
+    if mode == "sum":
+        return bb.emit(total)
+    divisor = relax.op.maximum(in_bag, relax.const(1.0, dtype))
+    return bb.emit(relax.op.divide(total, relax.op.expand_dims(divisor, 1)))
+
+
 CONVERTERS: dict[str, Converter] = {
     "fmax.default": promoting(_nan_ignoring(relax.op.maximum)),
     "fmin.default": promoting(_nan_ignoring(relax.op.minimum)),
@@ -198,4 +251,6 @@ CONVERTERS: dict[str, Converter] = {
     "scatter_add.default": scatter_reduce,
     "scatter_reduce.two": scatter_reduce,
     "_cdist_forward.default": cdist,
+    "_embedding_bag.default": embedding_bag,
+    "_embedding_bag_forward_only.default": embedding_bag,
 }

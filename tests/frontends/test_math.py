@@ -1,5 +1,5 @@
 """Elementwise ops, reductions, scatters and distances that TVM's importer lacks, as PyTorch
-computes them (accel_target/frontends/torch_math.py), edge values included."""
+computes them (accel_target/frontends/torch_math.py), edge values included; EmbeddingBag."""
 
 import numpy as np
 import pytest
@@ -89,3 +89,44 @@ def test_op_matches_pytorch(fn, inputs):
 def test_unsupported_variants_are_refused_by_name(fn, words):
     with pytest.raises(UnsupportedModelError, match=words):
         accel_target.from_torch(Op(fn).eval(), (X,))
+
+
+class Bags(nn.Module):
+    def __init__(self, mode, padding_idx=None, include_last_offset=False):
+        super().__init__()
+        self.bags = nn.EmbeddingBag(10, 4, mode=mode, padding_idx=padding_idx, include_last_offset=include_last_offset)
+
+    def forward(self, indices, *rest):
+        offsets, weights = (list(rest) + [None, None])[:2]
+        return self.bags(indices, offsets, per_sample_weights=weights)
+
+
+FIXED_BAGS = torch.tensor([[1, 2, 2, 9], [0, 3, 2, 2], [2, 2, 2, 2]])  # the last all padding when padding_idx=2
+INDICES, OFFSETS = torch.tensor([4, 1, 7, 7, 0, 9, 3]), torch.tensor([0, 2, 2, 5])  # an empty bag
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize(
+    "options, inputs",
+    [
+        ({}, (FIXED_BAGS,)),  # bags of 4: offsets made by PyTorch
+        ({"padding_idx": 2}, (FIXED_BAGS,)),
+        ({}, (INDICES, OFFSETS)),  # offsets as an input
+        ({"include_last_offset": True}, (INDICES, torch.tensor([0, 2, 2, 7]))),
+    ],
+    ids=["fixed", "padding", "offsets", "last-offset"],
+)
+def test_embedding_bag_matches_pytorch(mode, options, inputs):
+    torch.manual_seed(0)
+    model = Bags(mode, **options).eval()
+    executable = accel_target.build(accel_target.from_torch(model, inputs))
+    assert accel_target.report(executable).declines == ()  # (TVM's searchsorted has a While loop)
+    (ours,) = _outputs(executable, inputs)
+    np.testing.assert_allclose(ours, model(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_bag_with_per_sample_weights_matches_pytorch():
+    torch.manual_seed(0)
+    model, inputs = Bags("sum").eval(), (INDICES, OFFSETS, torch.rand(7))
+    (ours,) = _outputs(accel_target.build(accel_target.from_torch(model, inputs)), inputs)
+    np.testing.assert_allclose(ours, model(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)
