@@ -1,7 +1,7 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, cdist and
-EmbeddingBag.
+std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, cdist,
+searchsorted and EmbeddingBag.
 """
 
 from __future__ import annotations
@@ -184,6 +184,21 @@ def cdist(node, importer) -> relax.Expr:
     return bb.emit(relax.op.power(powered, relax.const(1.0 / p, dtype)))
 
 
+def searchsorted(node, importer) -> relax.Expr:
+    """aten.searchsorted.Tensor(sorted_sequence, x, *, out_int32=False, right=False, side=None,
+    sorter=None) with a 1-D sequence: where each x would be inserted to keep it sorted (after
+    equal values where right or side="right"), as bucketize computes it."""
+    sequence, x = (importer.env[a] for a in node.args[:2])
+    if len(sequence.ty.shape) != 1 or node.kwargs.get("sorter") is not None:
+        raise NotImplementedError(
+            f"accel: searchsorted of a {len(sequence.ty.shape)}-D sequence"
+            f"{' with a sorter' if node.kwargs.get('sorter') is not None else ''}; supported: a sorted 1-D sequence"
+        )
+    right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
+    out_int32 = bool(node.kwargs.get("out_int32", False))
+    return importer.block_builder.emit(relax.op.bucketize(x, sequence, out_int32=out_int32, right=right))
+
+
 _BAG_MODES = ("sum", "mean", "max")
 
 
@@ -251,6 +266,7 @@ CONVERTERS: dict[str, Converter] = {
     "scatter_add.default": scatter_reduce,
     "scatter_reduce.two": scatter_reduce,
     "_cdist_forward.default": cdist,
+    "searchsorted.Tensor": searchsorted,
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,
 }

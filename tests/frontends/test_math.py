@@ -64,6 +64,10 @@ CASES = [
     ("cdist-p3", lambda a, b: torch.cdist(a, b, p=3), (X, Y)),
     ("cdist-inf", lambda a, b: torch.cdist(a, b, p=float("inf")), (X, Y)),
     ("cdist-p0", lambda a, b: torch.cdist(a.round(), b.round(), p=0), (X, Y)),
+    # equal values before or after, as asked
+    ("searchsorted", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.0, 1.0]), a.round()), (X,)),
+    ("searchsorted-right", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), a.round(), right=True), (X,)),
+    ("searchsorted-int32", lambda a: torch.searchsorted(torch.tensor([0.5]), a, out_int32=True, side="right"), (X,)),
 ]
 
 
