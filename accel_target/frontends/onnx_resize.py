@@ -9,8 +9,9 @@ source coordinates are computed here as ONNX defines them, in float32, and the r
 gathered: nearest (every ``nearest_mode``) and linear, in the ``asymmetric``, ``half_pixel`` and
 ``pytorch_half_pixel`` modes (``align_corners`` and ``tf_crop_and_resize`` map from the sizes,
 as TVM's converter and ONNX Runtime do). What this cannot compute and TVM's converter would
-compute wrongly is refused with an error naming it: cubic with such scales, and ``antialias``,
-``axes`` and a ``keep_aspect_ratio_policy``, which TVM's converter does not read.
+compute wrongly is refused with an error naming it: cubic with such scales, ``antialias`` where it
+filters (a linear or cubic downscaling), ``axes`` and a ``keep_aspect_ratio_policy``, which TVM's
+converter does not read.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ _ROUNDING = {
 }
 
 
-def _unread(attr: dict) -> str | None:
-    if attr.get("antialias", 0):
-        return "antialias=1"
+def _unread(attr: dict, upscaling: bool) -> str | None:
+    """The attribute TVM's converter would ignore where it matters (antialias filters only a
+    linear or cubic downscaling)."""
+    if attr.get("antialias", 0) and attr.get("mode", b"nearest") != b"nearest" and not upscaling:
+        return "antialias=1 when downscaling"
     if attr.get("axes") is not None:
         return f"axes={list(attr['axes'])}"
     if attr.get("keep_aspect_ratio_policy", b"stretch") != b"stretch":
@@ -61,16 +64,26 @@ def _unread(attr: dict) -> str | None:
     return None
 
 
+def _upscaling(inputs, params, scales, shape: list) -> bool:
+    """Whether no axis gets smaller, by constant scales or constant sizes of a static shape."""
+    if isinstance(scales, tvm.ir.GenericConst):
+        return bool(np.all(scales.value.numpy() >= 1))
+    sizes = stock.get_constant(inputs[3], params) if len(inputs) > 3 and inputs[3] is not None else None
+    if not isinstance(sizes, tvm.ir.GenericConst) or None in shape:
+        return False
+    return bool(np.all(sizes.value.numpy() >= np.array(shape)))
+
+
 class Resize(stock.Resize):
     """Resize as ONNX defines it: see the module docstring."""
 
     @classmethod
     def _impl_v18(cls, bb, inputs, attr, params):
-        if (unread := _unread(attr)) is not None:
-            raise tvm.error.OpNotImplemented(f"accel: ONNX Resize with {unread} is not supported")
         scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
         x = inputs[0]
         shape = [getattr(d, "value", None) for d in x.ty.shape]
+        if (unread := _unread(attr, _upscaling(inputs, params, scales, shape))) is not None:
+            raise tvm.error.OpNotImplemented(f"accel: ONNX Resize with {unread} is not supported")
         if not isinstance(scales, tvm.ir.GenericConst) or None in shape:
             return super()._impl_v18(bb, inputs, attr, params)
         scales = scales.value.numpy().astype("float64")

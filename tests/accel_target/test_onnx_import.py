@@ -93,6 +93,17 @@ def test_resize_at_scales_whose_products_are_not_whole_maps_coordinates_as_onnx(
     np.testing.assert_allclose(_run(model, x), ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_antialias_when_upscaling_is_the_plain_resize(mode):
+    """antialias filters only a downscaling: upscaled, the plain resize (ONNX's reference)."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _resize_model([1, 1, 2, 1.5], [1, 2, 5, 6], mode=mode, antialias=1)
+    model.opset_import[0].version = 18
+    x = np.random.default_rng(0).standard_normal([1, 2, 5, 6]).astype("float32")
+    np.testing.assert_allclose(_run(model, x), ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode, align_corners", [("nearest", None), ("bilinear", False), ("bilinear", True)])
 def test_pytorch_interpolate_by_a_scale_factor_exported_to_onnx_matches_pytorch(mode, align_corners):
     """F.interpolate(scale_factor=1.7) exported: Resize with nearest/asymmetric/floor,
@@ -116,13 +127,14 @@ def test_pytorch_interpolate_by_a_scale_factor_exported_to_onnx_matches_pytorch(
     "attributes, match",
     [
         ({"mode": "cubic"}, "mode='cubic' with scales .*1.7"),
-        ({"mode": "linear", "antialias": 1}, "antialias=1"),
+        ({"mode": "linear", "antialias": 1, "scales": [1, 1, 1.7, 0.5]}, "antialias=1 when downscaling"),
         ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, "keep_aspect_ratio_policy=not_larger"),
     ],
     ids=["cubic", "antialias", "aspect-ratio"],
 )
 def test_a_resize_tvm_would_compute_otherwise_is_refused_by_name(attributes, match):
-    model = _resize_model([1, 1, 1.7, 2.3], [1, 2, 9, 7], **attributes)
+    scales = attributes.pop("scales", [1, 1, 1.7, 2.3])
+    model = _resize_model(scales, [1, 2, 9, 7], **attributes)
     model.opset_import[0].version = 18
     with pytest.raises(accel_target.frontends.UnsupportedModelError, match=match):
         accel_target.from_onnx(model)
