@@ -15,7 +15,8 @@ that the graph computes).
   ``ConstantOfShape`` of a constant shape fills with a scalar (TVM's fails for a scalar shape);
   ``Pad`` in constant mode becomes ``relax.nn.pad`` (stock TVM emits an opaque TE kernel that
   no graph pass can see through); ``Clip`` with constant bounds becomes ``maximum`` /
-  ``minimum`` (likewise); ``QLinearConv`` and ``QLinearMatMul`` (missing in TVM) become
+  ``minimum`` (likewise); ``Celu`` (missing in TVM) is its formula; ``QLinearConv`` and
+  ``QLinearMatMul`` (missing in TVM) become
   ``quantize(conv / matmul(dequantize(x), dequantize(w)) + bias)``, which
   `accel_target.passes.quantize` rewrites to the integer kernels like any QDQ graph;
   ``ConvInteger`` (missing in TVM) and ``MatMulInteger`` (which TVM widens to int32) become
@@ -217,6 +218,19 @@ class Clip(stock.Clip):
         return result
 
 
+class Celu(stock.OnnxOpConverter):
+    """Celu (missing in TVM): max(0, x) + min(0, alpha * (exp(x / alpha) - 1)), PyTorch's
+    F.celu exported."""
+
+    @classmethod
+    def _impl_v12(cls, bb, inputs, attr, params):
+        x = inputs[0]
+        dtype, alpha = str(x.ty.dtype), float(attr.get("alpha", 1.0))
+        zero, one, scale = (relax.const(v, dtype) for v in (0.0, 1.0, alpha))
+        negative = relax.op.multiply(scale, relax.op.subtract(relax.op.exp(relax.op.divide(x, scale)), one))
+        return bb.emit(relax.op.add(relax.op.maximum(x, zero), relax.op.minimum(negative, zero)))
+
+
 def _input(inputs, i):
     return inputs[i] if len(inputs) > i else None
 
@@ -367,6 +381,7 @@ CONVERTERS = {
     "Pad": Pad,
     "ConstantOfShape": ConstantOfShape,
     "Clip": Clip,
+    "Celu": Celu,
     "QLinearConv": QLinearConv,
     "QLinearMatMul": QLinearMatMul,
     "ConvInteger": ConvInteger,

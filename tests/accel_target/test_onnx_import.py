@@ -138,3 +138,14 @@ def test_a_resize_tvm_would_compute_otherwise_is_refused_by_name(attributes, mat
     model.opset_import[0].version = 18
     with pytest.raises(accel_target.frontends.UnsupportedModelError, match=match):
         accel_target.from_onnx(model)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_celu_matches_onnx_reference(alpha):
+    """Celu (F.celu exported), which TVM's frontend does not convert."""
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Celu", ["x"], ["y"], alpha=alpha)
+    model = float_onnx_model([node], {"x": [2, 9]}, {"y": [2, 9]})
+    x = np.linspace(-6, 3, 18, dtype="float32").reshape(2, 9)
+    np.testing.assert_allclose(_run(model, x), ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
