@@ -165,11 +165,12 @@ class _ZeroRewriter(PyExprMutator):
 
     def _times_zero(self, call):
         """x * 0.0 with the zero as a one-element tensor of x's rank (x's shape unchanged)."""
-        for zero, other in (call.args, call.args[::-1]):
+        args = list(call.args)
+        for position, (zero, other) in enumerate((args, args[::-1])):
             rank = getattr(other.ty, "ndim", -1)
             if _zero_scalar(zero) is not None and _floating(zero) and rank > 0:
-                ones = relax.const(zero.value.numpy().reshape([1] * rank))
-                return relax.op.multiply(*(([ones, other]) if zero.same_as(call.args[0]) else [other, ones]))
+                args[position] = relax.const(zero.value.numpy().reshape([1] * rank))
+                return relax.op.multiply(*args)
         return call
 
 
