@@ -1,19 +1,23 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, cdist,
-searchsorted and EmbeddingBag.
+std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, index_put on
+fewer axes than the tensor has, cdist, searchsorted and EmbeddingBag.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from tvm import relax, te, tirx
+
+from strategy.layout import tensor_shape
 
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
 from .torch_pool import refuse_unread
-from .torch_promote import promoting
+from .torch_promote import promoting, theirs
 
 
 def _floating(value: relax.Expr) -> bool:
@@ -199,6 +203,72 @@ def searchsorted(node, importer) -> relax.Expr:
     return importer.block_builder.emit(relax.op.bucketize(x, sequence, out_int32=out_int32, right=right))
 
 
+def _masked_put(node, importer, x, given: dict, values) -> relax.Expr:
+    """x[mask] = v of one value (``x[x < 0] = 0``, ``scores[mask] = -inf``): where(mask, v, x),
+    or x + where(mask, v, 0) accumulating; the mask on x's leading axes. Several values go to
+    positions that depend on the data: refused."""
+    name, shape = node.target.__name__, tensor_shape(x)
+    mask = given.get(0)
+    mask_shape = None if mask is None or len(given) != 1 else tensor_shape(mask)
+    if mask_shape is None or mask_shape != shape[: len(mask_shape)] or math.prod(tensor_shape(values)) != 1:
+        raise NotImplementedError(
+            f"accel: {name} with a boolean mask of more than one value, or beside other indices: the positions "
+            "written depend on the data (x[mask] = v of one value v, the mask on x's leading axes, is supported)"
+        )
+    bb = importer.block_builder
+    dtype = str(x.ty.dtype)
+    for _ in range(len(shape) - len(mask_shape)):
+        mask = relax.op.expand_dims(mask, -1)
+    value = relax.op.reshape(cast(bb, values, dtype), [])
+    if _arg(node, 3, "accumulate", False):
+        return bb.emit(relax.op.add(x, relax.op.where(mask, value, relax.const(0, dtype))))
+    return bb.emit(relax.op.where(mask, value, x))
+
+
+def index_put(node, importer) -> relax.Expr:
+    """aten.index_put(x, indices, values, accumulate=False) where the index tensors cover
+    fewer axes than x has (``x[idx] = v`` of a matrix, ``x[:, idx] = v``: None for the axes
+    taken whole), adjacent ones: a scatter_nd of x with those axes first, at the broadcast
+    indices (negative ones counted back), of the values broadcast as PyTorch does. TVM's
+    converter takes an index for every axis and serves that case. A boolean mask: `_masked_put`."""
+    x, values = importer.env[node.args[0]], importer.env[node.args[2]]
+    given = {axis: importer.env[i] for axis, i in enumerate(node.args[1]) if i is not None}
+    shape, rank = tensor_shape(x), len(x.ty.shape)
+    if any(str(i.ty.dtype) == "bool" for i in given.values()):
+        return _masked_put(node, importer, x, given, values)
+    if len(given) == rank:
+        return theirs(node, importer)
+    axes = sorted(given)
+    if axes != list(range(axes[0], axes[0] + len(axes))):
+        raise NotImplementedError(f"accel: {node.target.__name__} with index tensors on axes {axes}, not adjacent")
+    bb = importer.block_builder
+    index_shape = list(np.broadcast_shapes(*(tuple(tensor_shape(i)) for i in given.values())))
+    counted = []
+    for axis in axes:
+        i = cast(bb, given[axis], "int64")
+        i = relax.op.where(
+            relax.op.less(i, relax.const(0, "int64")), relax.op.add(i, relax.const(shape[axis], "int64")), i
+        )
+        counted.append(relax.op.expand_dims(relax.op.broadcast_to(i, index_shape), -1))
+    indices = bb.emit(relax.op.concat(counted, axis=-1))
+    start, rest = axes[0], [a for a in range(rank) if a not in given]
+    order = axes + rest  # x's axes, the indexed first
+    placed = [*shape[:start], *index_shape, *shape[start + len(axes) :]]  # x[indices]'s shape
+    values = relax.op.broadcast_to(cast(bb, values, str(x.ty.dtype)), placed)
+    value_order = [
+        *range(start, start + len(index_shape)),
+        *range(start),
+        *range(start + len(index_shape), len(placed)),
+    ]
+    scattered = relax.op.scatter_nd(
+        relax.op.permute_dims(x, order),
+        indices,
+        relax.op.permute_dims(values, value_order),
+        "add" if _arg(node, 3, "accumulate", False) else "update",
+    )
+    return bb.emit(relax.op.permute_dims(scattered, [order.index(a) for a in range(rank)]))
+
+
 _BAG_MODES = ("sum", "mean", "max")
 
 
@@ -267,6 +337,7 @@ CONVERTERS: dict[str, Converter] = {
     "scatter_reduce.two": scatter_reduce,
     "_cdist_forward.default": cdist,
     "searchsorted.Tensor": searchsorted,
+    "index_put.default": index_put,
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,
 }

@@ -11,6 +11,13 @@ import accel_target
 from accel_target.frontends import UnsupportedModelError
 
 
+def _put(tensor, index, value):
+    """tensor[index] = value on a copy (what ``x[idx] = v`` exports to: index_put)."""
+    tensor = tensor.clone()
+    tensor[index] = value
+    return tensor
+
+
 class Op(nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -64,6 +71,24 @@ CASES = [
     ("cdist-p3", lambda a, b: torch.cdist(a, b, p=3), (X, Y)),
     ("cdist-inf", lambda a, b: torch.cdist(a, b, p=float("inf")), (X, Y)),
     ("cdist-p0", lambda a, b: torch.cdist(a.round(), b.round(), p=0), (X, Y)),
+    # index_put on fewer axes than the tensor has: leading, after taken-whole axes, broadcast
+    # indices, negative ones, duplicates accumulated; a boolean mask of one value
+    ("index_put-rows", lambda a, b: a.index_put((torch.tensor([0, -1]),), b[:2]), (X, Y)),
+    ("index_put-accumulate", lambda a, b: a.index_put((torch.tensor([0, 0, 2]),), b, accumulate=True), (X, Y)),
+    ("index_put-columns", lambda a: _put(a, (slice(None), torch.tensor([1, 3])), 5.0), (X,)),
+    (
+        "index_put-middle",
+        lambda a, b: _put(torch.stack([a, b, a], -1), (slice(None), torch.tensor([4, -1])), b[:, :1, None]),
+        (X, Y),
+    ),
+    (
+        "index_put-broadcast",
+        lambda a: _put(a[None].expand(2, 3, 5), (torch.tensor([[0], [1]]), torch.tensor([2, 0, 1])), -1.0),
+        (X,),
+    ),
+    ("index_put-mask", lambda a: _put(a, a < 0, 0.0), (X,)),
+    ("index_put-row-mask", lambda a, b: _put(a, b[:, 0] > 0, -np.inf), (X, Y)),
+    ("index_put-mask-accumulate", lambda a: a.index_put((a > 0,), torch.tensor(2.0), accumulate=True), (X,)),
     # equal values before or after, as asked
     ("searchsorted", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.0, 1.0]), a.round()), (X,)),
     ("searchsorted-right", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), a.round(), right=True), (X,)),
@@ -88,6 +113,8 @@ def test_op_matches_pytorch(fn, inputs):
     [
         (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "mean"), "scatter_reduce.two with reduce='mean'"),
         (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "sum", include_self=False), "include_self=False"),
+        (lambda a: _put(torch.stack([a, a]), (torch.tensor([0]), slice(None), torch.tensor([2])), 1.0), "not adjacent"),
+        (lambda a: a.index_put((a > 0,), torch.arange(15.0)), "depend on the data"),
     ],
 )
 def test_unsupported_variants_are_refused_by_name(fn, words):
