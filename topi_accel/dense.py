@@ -297,8 +297,9 @@ def batch_matmul_kn(
     must divide a static N; a symbolic N, or any N with `pack_right` (b a view of a tensor
     laid out otherwise), is packed in the kernel ("batch_matmul_kn_pack"). B, M and K may be
     symbolic too. batch: the axes B unflattens to in the result (default (B,)). out_axes: the
-    result's axes permuted so (N stays last; attention's head merge). Returns [*batch, M, N],
-    permuted by out_axes, named "batch_matmul_kn".
+    result's axes permuted so (attention's head merge keeps N last, its write-back a vector
+    store; one moving N writes each tile's elements apart). Returns [*batch, M, N], permuted by
+    out_axes, named "batch_matmul_kn".
     """
     (bs, m, k), (bs2, k2, n) = ([int(v) if is_static(v) else v for v in t.shape] for t in (a, b))
     batch = (bs,) if batch is None else tuple(batch)
@@ -309,10 +310,8 @@ def batch_matmul_kn(
             f"batch_matmul_kn: shapes {[bs, m, k]} x {[bs2, k2, n]} with n_block {cfg.n_block} and batch axes"
             f" {list(batch)} are not supported (equal batch and K, n_block dividing N, batch axes of B elements)"
         )
-    if sorted(axes) != list(range(len(batch) + 2)) or axes[-1] != len(batch) + 1:
-        raise ValueError(
-            f"batch_matmul_kn: out_axes {list(axes)} is no permutation of {len(batch) + 2} axes keeping N last"
-        )
+    if sorted(axes) != list(range(len(batch) + 2)):
+        raise ValueError(f"batch_matmul_kn: out_axes {list(axes)} is no permutation of {len(batch) + 2} axes")
     rk = te.reduce_axis((0, k), name="rk")
     last, nb = m - 1, cfg.n_block
     if is_static(n) and not pack_right:

@@ -7,9 +7,11 @@ dense layer. Legalized op by op, each permute and slice is a copy of the activat
 time. Here each batch matmul (both operands activations, rank 3 or more) is legalized with
 what surrounds it: an operand that is such a chain of ``reshape``, ``permute_dims``,
 ``strided_slice``, ``squeeze``, ``expand_dims``, ``broadcast_to`` and ``take`` of one index
-(one of them a permute, a slice, a broadcast or a take) is read from the chain's source, and a result whose one use is
-a permute (after a reshape of its batch axes, if any) keeping the last axis is written
-permuted, in place of that permute. The request travels to the strategy as
+(one of them a permute, a slice, a broadcast or a take) is read from the chain's source, and
+a result whose one use is a permute (after a reshape of its batch axes, if any) is written
+permuted, in place of that permute: attention's head merge keeps the last axis; a product
+over an NHWC image's rows or columns per channel (timm's BAT) moves its batch axis, the
+channels, last. The request travels to the strategy as
 strategy.dense.REQUESTED_VIEWS; the chains no kernel reads any more are dead and go. An
 operand whose chain the kernel cannot read without dividing its row or column indices stays
 materialized (strategy.dense), as does everything when the matmul gets another kernel.
@@ -121,8 +123,7 @@ def _users(func: relax.Function) -> dict:
 
 def _permuted_result(var2val: dict, users: dict, matmul_var: relax.Var) -> tuple | None:
     """(the permute's variable, batch axes, permutation, the reshape's variable or None) where
-    the matmul's one use is a permute keeping the last axis, directly or after a reshape of
-    the batch axes alone."""
+    the matmul's one use is a permute, directly or after a reshape of the batch axes alone."""
     shape = tensor_shape(matmul_var)
     batch, user, reshaped_var = shape[:-2], users.get(matmul_var, []), None
     if len(user) != 1 or user[0] is None:
@@ -139,7 +140,7 @@ def _permuted_result(var2val: dict, users: dict, matmul_var: relax.Var) -> tuple
     if op_name(value) != PERMUTE:
         return None
     axes = permute_axes(value)
-    return (user[0], tuple(batch), tuple(axes), reshaped_var) if axes[-1] == len(axes) - 1 else None
+    return user[0], tuple(batch), tuple(axes), reshaped_var
 
 
 @dataclass

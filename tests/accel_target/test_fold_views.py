@@ -194,3 +194,31 @@ def test_a_result_read_by_more_than_its_permute_is_written_as_it_is():
     for out, ref in zip(got, model(*inputs)):
         assert_close(out.numpy(), ref.numpy())
     assert accel_target.report(executable).kernels.activation_transforms == 1
+
+
+class _SpatialTransform(nn.Module):
+    """timm's bilinear attention transform (BAT-ResNeXt): per channel, p @ x @ q over the image's
+    rows and columns, between convs. In NHWC the channels are x's last axis: the first product
+    reads x in place, the second writes its [C, H, W] result as [1, H, W, C], the batch axis
+    moved last."""
+
+    def __init__(self, channels=16, size=8):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, channels, 1), nn.Conv2d(channels, channels, 1)
+        self.p = nn.Parameter(torch.randn(channels, size, size))
+        self.q = nn.Parameter(torch.randn(channels, size, size))
+
+    def forward(self, x):
+        x = self.conv1(x)
+        gate = x.mean()  # p and q computed from the input, as BAT's are
+        return self.conv2((self.p * gate).sigmoid() @ x @ (self.q * gate).sigmoid())
+
+
+def test_a_result_permuted_with_its_columns_moved_is_written_so():
+    torch.manual_seed(0)
+    model, x = _SpatialTransform().eval(), torch.randn(1, 3, 8, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", output_layout="NHWC")
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
+    report = accel_target.report(executable)
+    assert report.kernels.activation_transforms == 0, report.kernels.calls
