@@ -1,7 +1,8 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
 std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, index_put on
-fewer axes than the tensor has, cdist, searchsorted and EmbeddingBag.
+fewer axes than the tensor has, cumulative ops (logcumsumexp, cummax, cummin), cdist,
+searchsorted and EmbeddingBag.
 """
 
 from __future__ import annotations
@@ -269,6 +270,68 @@ def index_put(node, importer) -> relax.Expr:
     return bb.emit(relax.op.permute_dims(scattered, [order.index(a) for a in range(rank)]))
 
 
+def _scan(bb, parts: list, axis: int, combine) -> list:
+    """Inclusive prefix scan of the tensors `parts` (together: values, indices) along `axis`,
+    in log2(n) steps (Hillis and Steele): at step s, element i combines element i - s's
+    partial result (earlier) with its own (later); positions before s take their own.
+    combine(earlier, later) -> combined, each a list like `parts`; associative."""
+    n = tensor_shape(parts[0])[axis]
+    if not isinstance(n, int):
+        raise NotImplementedError("accel: a cumulative op along an axis of symbolic length is not supported")
+    step = 1
+    while step < n:
+        earlier = [relax.op.strided_slice(p, [axis], [0], [n - step]) for p in parts]
+        later = [relax.op.strided_slice(p, [axis], [step], [n]) for p in parts]
+        combined = combine(earlier, later)
+        head = [relax.op.strided_slice(p, [axis], [0], [step]) for p in parts]
+        parts = [bb.emit(relax.op.concat([h, c], axis=axis)) for h, c in zip(head, combined)]
+        step *= 2
+    return parts
+
+
+def logcumsumexp(node, importer) -> relax.Expr:
+    """aten.logcumsumexp(x, dim): log(cumsum(exp(x))) without overflow: each step adds two
+    partial sums as max + log(1 + exp(min - max)) (-inf where both are -inf)."""
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    axis, dtype = node.args[1] % len(x.ty.shape), str(x.ty.dtype)
+
+    def combine(earlier, later):
+        (a,), (b,) = earlier, later
+        big, small = relax.op.maximum(a, b), relax.op.minimum(a, b)
+        one = relax.const(1.0, dtype)
+        summed = relax.op.add(big, relax.op.log(relax.op.add(one, relax.op.exp(relax.op.subtract(small, big)))))
+        return [relax.op.where(relax.op.equal(big, relax.const(-np.inf, dtype)), big, summed)]
+
+    return _scan(bb, [x], axis, combine)[0]
+
+
+def _cumulative_extremum(largest: bool) -> Converter:
+    """aten.cummax / cummin(x, dim) -> (values, indices): the running extremum and the index
+    it was last found at (ties: the later index; NaN, once seen, is the extremum), as PyTorch."""
+
+    def convert(node, importer) -> relax.Expr:
+        bb = importer.block_builder
+        x = importer.env[node.args[0]]
+        axis, shape = node.args[1] % len(x.ty.shape), tensor_shape(x)
+        positions = relax.op.arange(0, shape[axis], dtype="int64")
+        positions = relax.op.reshape(positions, [shape[axis] if a == axis else 1 for a in range(len(shape))])
+        indices = bb.emit(relax.op.broadcast_to(positions, shape))
+
+        def combine(earlier, later):
+            (a, a_index), (b, b_index) = earlier, later
+            beyond = relax.op.greater_equal(b, a) if largest else relax.op.less_equal(b, a)
+            if _floating(x):
+                beyond = relax.op.logical_or(
+                    relax.op.isnan(b), relax.op.logical_and(relax.op.logical_not(relax.op.isnan(a)), beyond)
+                )
+            return [relax.op.where(beyond, b, a), relax.op.where(beyond, b_index, a_index)]
+
+        return bb.emit(relax.Tuple(_scan(bb, [x, indices], axis, combine)))
+
+    return convert
+
+
 _BAG_MODES = ("sum", "mean", "max")
 
 
@@ -337,6 +400,9 @@ CONVERTERS: dict[str, Converter] = {
     "scatter_reduce.two": scatter_reduce,
     "_cdist_forward.default": cdist,
     "searchsorted.Tensor": searchsorted,
+    "logcumsumexp.default": logcumsumexp,
+    "cummax.default": _cumulative_extremum(largest=True),
+    "cummin.default": _cumulative_extremum(largest=False),
     "index_put.default": index_put,
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,

@@ -20,7 +20,8 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
 - ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
 - Ops TVM's importer lacks: fmax, fmin, hypot, copysign, signbit, bit shifts, var_mean / std_mean
   with a correction, prod along a dim, scatter_add / scatter_reduce, index_put on fewer axes than
-  the tensor has or by a mask of one value, cdist, searchsorted, EmbeddingBag
+  the tensor has or by a mask of one value, logcumsumexp, cummax, cummin, cdist, searchsorted,
+  EmbeddingBag
   (accel_target/frontends/torch_math.py).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.

@@ -38,6 +38,7 @@ X, Y = torch.randn(3, 5), torch.randn(3, 5)
 EDGE_A = torch.tensor([1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 3e30, np.nan])
 EDGE_B = torch.tensor([np.nan, 0.0, -0.0, -1.0, 2.0, np.nan, 1.0, 4e30, np.nan])
 INTS, SHIFTS = torch.randint(-1000, 1000, (4, 6)), torch.randint(-3, 70, (4, 6))
+SCAN_EDGES = torch.tensor([-np.inf, -np.inf, 1.0, -np.inf, 1000.0, 1000.0, np.nan, 2.0])
 INDEX = torch.tensor([[0, 2, 1, 0, 2], [1, 1, 0, 2, 2], [2, 0, 0, 1, 1]])
 
 # (id, function, inputs): exact where PyTorch's result is (NaN where it is NaN)
@@ -89,6 +90,14 @@ CASES = [
     ("index_put-mask", lambda a: _put(a, a < 0, 0.0), (X,)),
     ("index_put-row-mask", lambda a, b: _put(a, b[:, 0] > 0, -np.inf), (X, Y)),
     ("index_put-mask-accumulate", lambda a: a.index_put((a > 0,), torch.tensor(2.0), accumulate=True), (X,)),
+    # scans: no overflow of exp (x 300), -inf before any number, NaN from where it is on;
+    # cummax / cummin: ties at the later index, NaN the extremum once seen
+    ("logcumsumexp", lambda a: torch.logcumsumexp(a * 300, 1), (X,)),
+    ("logcumsumexp-edges", lambda a: torch.logcumsumexp(a, 0), (SCAN_EDGES,)),
+    ("cummax", lambda a: torch.cummax(a.round(), 0), (X,)),
+    ("cummin", lambda a: torch.cummin(a.round(), 1), (X,)),
+    ("cummax-nan", lambda a: torch.cummax(a, 0), (SCAN_EDGES,)),
+    ("cummin-int", lambda a: torch.cummin(a, 1), (SHIFTS,)),
     # equal values before or after, as asked
     ("searchsorted", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.0, 1.0]), a.round()), (X,)),
     ("searchsorted-right", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), a.round(), right=True), (X,)),
