@@ -1,13 +1,10 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim), scatter_add / scatter_reduce, index_put on
-fewer axes than the tensor has, cumulative ops (logcumsumexp, cummax, cummin), cdist,
-searchsorted and EmbeddingBag.
+std_mean with a correction, prod along a dim), cumulative ops (logcumsumexp, cummax, cummin)
+and cdist. Those that read or write at indices are in torch_indexing.py.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from tvm import relax, te, tirx
@@ -17,8 +14,7 @@ from strategy.layout import tensor_shape
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
-from .torch_pool import refuse_unread
-from .torch_promote import promoting, theirs
+from .torch_promote import promoting
 
 
 def _floating(value: relax.Expr) -> bool:
@@ -143,29 +139,6 @@ def prod_dim(node, importer) -> relax.Expr:
     return bb.emit(relax.op.prod(x, [dim], keepdims=bool(_arg(node, 2, "keepdim", False))))
 
 
-_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
-
-
-def scatter_reduce(node, importer) -> relax.Expr:
-    """aten.scatter_add(x, dim, index, src) and scatter_reduce.two(x, dim, index, src, reduce,
-    include_self=True): each src element at index[i] along dim combined into a copy of x. Only
-    src's leading part of index's shape is read, as in PyTorch (TVM's scatter takes src of
-    index's shape). "mean" and include_self=False are refused by name."""
-    bb = importer.block_builder
-    x, dim, index, src = (importer.env[a] if i != 1 else a for i, a in enumerate(node.args[:4]))
-    reduce = "sum" if node.target.__name__.startswith("scatter_add") else _arg(node, 4, "reduce", None)
-    name = node.target.__name__
-    if reduce not in _REDUCTIONS:
-        raise NotImplementedError(f"accel: {name} with reduce={reduce!r}; supported: {', '.join(_REDUCTIONS)}")
-    if not _arg(node, 5, "include_self", True):
-        raise NotImplementedError(f"accel: {name} with include_self=False is not supported")
-    index_shape = [int(d) for d in index.ty.shape]
-    if [int(d) for d in src.ty.shape] != index_shape:
-        src = bb.emit(relax.op.strided_slice(src, list(range(len(index_shape))), [0] * len(index_shape), index_shape))
-    dim %= len(index_shape)
-    return bb.emit(relax.op.scatter_elements(x, index, src, dim, _REDUCTIONS[reduce]))
-
-
 def cdist(node, importer) -> relax.Expr:
     """aten._cdist_forward(x1 [..., P, M], x2 [..., R, M], p, compute_mode) -> [..., P, R]: the
     p-norm distance of every pair of rows (p = 0 counts the coordinates that differ; p = inf
@@ -187,87 +160,6 @@ def cdist(node, importer) -> relax.Expr:
         return bb.emit(relax.op.sqrt(relax.op.sum(relax.op.multiply(diff, diff), last)))
     powered = relax.op.sum(relax.op.power(diff, relax.const(p, dtype)), last)
     return bb.emit(relax.op.power(powered, relax.const(1.0 / p, dtype)))
-
-
-def searchsorted(node, importer) -> relax.Expr:
-    """aten.searchsorted.Tensor(sorted_sequence, x, *, out_int32=False, right=False, side=None,
-    sorter=None) with a 1-D sequence: where each x would be inserted to keep it sorted (after
-    equal values where right or side="right"), as bucketize computes it."""
-    sequence, x = (importer.env[a] for a in node.args[:2])
-    if len(sequence.ty.shape) != 1 or node.kwargs.get("sorter") is not None:
-        raise NotImplementedError(
-            f"accel: searchsorted of a {len(sequence.ty.shape)}-D sequence"
-            f"{' with a sorter' if node.kwargs.get('sorter') is not None else ''}; supported: a sorted 1-D sequence"
-        )
-    right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
-    out_int32 = bool(node.kwargs.get("out_int32", False))
-    return importer.block_builder.emit(relax.op.bucketize(x, sequence, out_int32=out_int32, right=right))
-
-
-def _masked_put(node, importer, x, given: dict, values) -> relax.Expr:
-    """x[mask] = v of one value (``x[x < 0] = 0``, ``scores[mask] = -inf``): where(mask, v, x),
-    or x + where(mask, v, 0) accumulating; the mask on x's leading axes. Several values go to
-    positions that depend on the data: refused."""
-    name, shape = node.target.__name__, tensor_shape(x)
-    mask = given.get(0)
-    mask_shape = None if mask is None or len(given) != 1 else tensor_shape(mask)
-    if mask_shape is None or mask_shape != shape[: len(mask_shape)] or math.prod(tensor_shape(values)) != 1:
-        raise NotImplementedError(
-            f"accel: {name} with a boolean mask of more than one value, or beside other indices: the positions "
-            "written depend on the data (x[mask] = v of one value v, the mask on x's leading axes, is supported)"
-        )
-    bb = importer.block_builder
-    dtype = str(x.ty.dtype)
-    for _ in range(len(shape) - len(mask_shape)):
-        mask = relax.op.expand_dims(mask, -1)
-    value = relax.op.reshape(cast(bb, values, dtype), [])
-    if _arg(node, 3, "accumulate", False):
-        return bb.emit(relax.op.add(x, relax.op.where(mask, value, relax.const(0, dtype))))
-    return bb.emit(relax.op.where(mask, value, x))
-
-
-def index_put(node, importer) -> relax.Expr:
-    """aten.index_put(x, indices, values, accumulate=False) where the index tensors cover
-    fewer axes than x has (``x[idx] = v`` of a matrix, ``x[:, idx] = v``: None for the axes
-    taken whole), adjacent ones: a scatter_nd of x with those axes first, at the broadcast
-    indices (negative ones counted back), of the values broadcast as PyTorch does. TVM's
-    converter takes an index for every axis and serves that case. A boolean mask: `_masked_put`."""
-    x, values = importer.env[node.args[0]], importer.env[node.args[2]]
-    given = {axis: importer.env[i] for axis, i in enumerate(node.args[1]) if i is not None}
-    shape, rank = tensor_shape(x), len(x.ty.shape)
-    if any(str(i.ty.dtype) == "bool" for i in given.values()):
-        return _masked_put(node, importer, x, given, values)
-    if len(given) == rank:
-        return theirs(node, importer)
-    axes = sorted(given)
-    if axes != list(range(axes[0], axes[0] + len(axes))):
-        raise NotImplementedError(f"accel: {node.target.__name__} with index tensors on axes {axes}, not adjacent")
-    bb = importer.block_builder
-    index_shape = list(np.broadcast_shapes(*(tuple(tensor_shape(i)) for i in given.values())))
-    counted = []
-    for axis in axes:
-        i = cast(bb, given[axis], "int64")
-        i = relax.op.where(
-            relax.op.less(i, relax.const(0, "int64")), relax.op.add(i, relax.const(shape[axis], "int64")), i
-        )
-        counted.append(relax.op.expand_dims(relax.op.broadcast_to(i, index_shape), -1))
-    indices = bb.emit(relax.op.concat(counted, axis=-1))
-    start, rest = axes[0], [a for a in range(rank) if a not in given]
-    order = axes + rest  # x's axes, the indexed first
-    placed = [*shape[:start], *index_shape, *shape[start + len(axes) :]]  # x[indices]'s shape
-    values = relax.op.broadcast_to(cast(bb, values, str(x.ty.dtype)), placed)
-    value_order = [
-        *range(start, start + len(index_shape)),
-        *range(start),
-        *range(start + len(index_shape), len(placed)),
-    ]
-    scattered = relax.op.scatter_nd(
-        relax.op.permute_dims(x, order),
-        indices,
-        relax.op.permute_dims(values, value_order),
-        "add" if _arg(node, 3, "accumulate", False) else "update",
-    )
-    return bb.emit(relax.op.permute_dims(scattered, [order.index(a) for a in range(rank)]))
 
 
 def _scan(bb, parts: list, axis: int, combine) -> list:
@@ -332,57 +224,6 @@ def _cumulative_extremum(largest: bool) -> Converter:
     return convert
 
 
-_BAG_MODES = ("sum", "mean", "max")
-
-
-def embedding_bag(node, importer) -> relax.Expr:
-    """aten._embedding_bag(weight [V, D], indices [N], offsets [B], scale_grad_by_freq, mode,
-    sparse, per_sample_weights, include_last_offset, padding_idx) -> (output [B, D], ...), of
-    which models read the output: bag b holds the rows weight[indices[n]] for n from offsets[b]
-    up to the next offset, reduced by their sum (each times its per-sample weight), mean or
-    maximum; an empty bag is zeros, a row at padding_idx counts in none. Each index's bag is
-    found at run time (offsets may be an input)."""
-    refuse_unread(node, "its offset2bag, bag_size or max_indices")
-    bb = importer.block_builder
-    weight, indices, offsets = (importer.env[a] for a in node.args[:3])
-    mode = _BAG_MODES[int(_arg(node, 4, "mode", 0))]
-    samples = _arg(node, 6, "per_sample_weights", None)
-    include_last = bool(_arg(node, 7, "include_last_offset", False))
-    padding = _arg(node, 8, "padding_idx", None)
-    dtype = str(weight.ty.dtype)
-    count, bags, dim = indices.ty.shape[0], offsets.ty.shape[0], weight.ty.shape[1]
-    bags = bags - 1 if include_last else bags
-    rows = relax.op.take(weight, indices, axis=0)
-    if samples is not None:
-        rows = relax.op.multiply(rows, relax.op.expand_dims(importer.env[samples], 1))
-    # the bag of each index: the number of offsets at or before its position, less one
-    position = relax.op.arange(0, count, dtype=str(offsets.ty.dtype))
-    bag = bb.emit(
-        relax.op.expand_dims(
-            relax.op.subtract(relax.op.bucketize(position, offsets, right=True), relax.const(1, "int64")), 1
-        )
-    )
-    counted = relax.op.ones([count], dtype)
-    if padding is not None and padding >= 0:
-        kept = relax.op.not_equal(indices, relax.const(padding, str(indices.ty.dtype)))
-        counted = relax.op.astype(kept, dtype)
-        if mode == "max":
-            rows = relax.op.where(relax.op.expand_dims(kept, 1), rows, relax.const(-np.inf, dtype))
-        else:
-            rows = relax.op.multiply(rows, relax.op.expand_dims(counted, 1))
-    in_bag = bb.emit(relax.op.scatter_nd(relax.op.zeros([bags], dtype), bag, counted, "add"))
-    if mode == "max":
-        start = relax.op.broadcast_to(relax.const(-np.inf, dtype), [bags, dim])
-        largest = relax.op.scatter_nd(start, bag, rows, "max")
-        empty = relax.op.expand_dims(relax.op.equal(in_bag, relax.const(0.0, dtype)), 1)
-        return bb.emit(relax.op.where(empty, relax.const(0.0, dtype), largest))
-    total = relax.op.scatter_nd(relax.op.zeros([bags, dim], dtype), bag, rows, "add")
-    if mode == "sum":
-        return bb.emit(total)
-    divisor = relax.op.maximum(in_bag, relax.const(1.0, dtype))
-    return bb.emit(relax.op.divide(total, relax.op.expand_dims(divisor, 1)))
-
-
 CONVERTERS: dict[str, Converter] = {
     "fmax.default": promoting(_nan_ignoring(relax.op.maximum)),
     "fmin.default": promoting(_nan_ignoring(relax.op.minimum)),
@@ -396,14 +237,8 @@ CONVERTERS: dict[str, Converter] = {
     **{f"bitwise_right_shift.{o}": promoting(_shift(left=False)) for o in ("Tensor", "Tensor_Scalar")},
     "var_mean.correction": var_mean,
     "prod.dim_int": prod_dim,
-    "scatter_add.default": scatter_reduce,
-    "scatter_reduce.two": scatter_reduce,
     "_cdist_forward.default": cdist,
-    "searchsorted.Tensor": searchsorted,
     "logcumsumexp.default": logcumsumexp,
     "cummax.default": _cumulative_extremum(largest=True),
     "cummin.default": _cumulative_extremum(largest=False),
-    "index_put.default": index_put,
-    "_embedding_bag.default": embedding_bag,
-    "_embedding_bag_forward_only.default": embedding_bag,
 }

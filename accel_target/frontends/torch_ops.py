@@ -19,10 +19,10 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
   (accel_target/frontends/torch_pool.py); group norm without a weight or a bias.
 - ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
 - Ops TVM's importer lacks: fmax, fmin, hypot, copysign, signbit, bit shifts, var_mean / std_mean
-  with a correction, prod along a dim, scatter_add / scatter_reduce, index_put on fewer axes than
-  the tensor has or by a mask of one value, logcumsumexp, cummax, cummin, cdist, searchsorted,
-  EmbeddingBag
-  (accel_target/frontends/torch_math.py).
+  with a correction, prod along a dim, logcumsumexp, cummax, cummin, cdist
+  (accel_target/frontends/torch_math.py); scatter_add / scatter_reduce, index_put on fewer axes
+  than the tensor has or by a mask of one value, searchsorted, EmbeddingBag
+  (accel_target/frontends/torch_indexing.py).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.
 - Every indexing op the importer emits checked (accel_target/passes/indexing.py): PyTorch's negative
@@ -45,6 +45,7 @@ from . import torch_complex
 from .torch_attention import scaled_dot_product_attention
 from .torch_complex import node_arg as _scalar
 from .torch_fold import Converter, decomposed, decompositions, folding, input_independent_values
+from .torch_indexing import CONVERTERS as INDEXING_OPS
 from .torch_math import CONVERTERS as MATH_OPS
 from .torch_pool import CONVERTERS as POOL_OPS
 from .torch_pool import refuse_unread
@@ -334,6 +335,7 @@ CONVERTERS: dict[str, Converter] = {
     **RESIZE_OPS,
     **POOL_OPS,
     **MATH_OPS,
+    **INDEXING_OPS,
     "native_group_norm.default": group_norm,
 }
 

@@ -1,5 +1,5 @@
 """Elementwise ops, reductions, scatters and distances that TVM's importer lacks, as PyTorch
-computes them (accel_target/frontends/torch_math.py), edge values included; EmbeddingBag."""
+computes them (accel_target/frontends/torch_math.py, torch_indexing.py), edge values included."""
 
 import numpy as np
 import pytest
