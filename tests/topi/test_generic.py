@@ -46,3 +46,23 @@ def test_a_row_by_row_kernel_with_buffers_of_its_own_is_right_on_every_call(isa)
         out = vm["main"](tvm.runtime.tensor(attn.numpy()), tvm.runtime.tensor(q.numpy())).numpy()
         assert np.isfinite(out).all()
         assert_close(out, expected)
+
+
+class GatedLeaky(nn.Module):
+    """UnivNet's gate: tanh(a) * sigmoid(b) plus a residual, then a leaky ReLU, which reads its
+    input twice (x > 0 ? x : 0.2 x). FastMath's sigmoid and tanh bind what they read several
+    times with Let; inlined into both reads, each Let would define its variable twice."""
+
+    def forward(self, x, c):
+        h = (x + c).transpose(1, 2)
+        return nn.functional.leaky_relu(torch.sigmoid(h[..., :8]) * torch.tanh(h[..., 8:]) + h[..., :8], 0.2)
+
+
+def test_an_expression_with_let_read_twice_is_not_copied():
+    x, c = torch.randn(1, 16, 32), torch.randn(1, 16, 32)
+    executable = accel_target.build(accel_target.from_torch(GatedLeaky(), (x, c)))
+    assert accel_target.report(executable).declines == ()  # Parallelize declined the ill-formed kernel
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](
+        tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(c.numpy())
+    )
+    assert_close(out.numpy(), GatedLeaky()(x, c).numpy())

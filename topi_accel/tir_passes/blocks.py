@@ -65,7 +65,9 @@ def _value_size(expr, buffer) -> tuple[int, int] | None:
 def inlining_stays_small(sch: s_tir.Schedule, producer, consumer) -> bool:
     """Whether inlining block `producer` into block `consumer` (compute_inline), or `consumer`
     into `producer` (reverse_compute_inline), leaves the consumer's value within
-    MAX_INLINED_NODES nodes where it reads the producer's output more than once."""
+    MAX_INLINED_NODES nodes where it reads the producer's output more than once, and copies no
+    ``Let`` (FastMath binds what it reads several times; two copies of one would define its
+    variable twice, which TIR rejects: a leaky ReLU reads its input twice)."""
     made, used = sch.get(producer), sch.get(consumer)
     if not (isinstance(made.body, tirx.BufferStore) and isinstance(used.body, tirx.BufferStore)):
         return True  # not an elementwise step's store: as TVM inlines it
@@ -75,8 +77,17 @@ def inlining_stays_small(sch: s_tir.Schedule, producer, consumer) -> bool:
     size, reads = counted
     if reads <= 1:
         return True
+    if _binds(made.body.value):
+        return False
     own = _value_size(made.body.value, None)
     return own is not None and size + reads * own[0] <= MAX_INLINED_NODES
+
+
+def _binds(expr) -> bool:
+    """Whether `expr` holds a ``Let``."""
+    found = []
+    tvm_ffi.structural_map(expr, (tirx.Let, lambda let: found.append(let) or let), order="post")
+    return bool(found)
 
 
 def fresh_iter_vars(iter_vars, *nodes):
