@@ -11,21 +11,18 @@ from tvm import relax, te, tirx
 
 from strategy.layout import tensor_shape
 
+from ..passes.relax_util import is_floating
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
 from .torch_promote import promoting
 
 
-def _floating(value: relax.Expr) -> bool:
-    return str(value.ty.dtype).startswith(("float", "bfloat"))
-
-
 def _nan_ignoring(op) -> callable:
     """fmax / fmin: `op` of the two, or the other where one is NaN (NaN where both are)."""
 
     def compute(a: relax.Expr, b: relax.Expr) -> relax.Expr:
-        if not _floating(a):
+        if not is_floating(a):
             return op(a, b)
         return relax.op.where(relax.op.isnan(a), b, relax.op.where(relax.op.isnan(b), a, op(a, b)))
 
@@ -39,7 +36,7 @@ def _signbit_te(x: te.Tensor) -> te.Tensor:
 
 def _signbit(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
     """Whether each element's sign bit is set (-0.0 and negative NaNs too), as a bool tensor."""
-    if not _floating(x):
+    if not is_floating(x):
         return bb.emit(relax.op.less(x, relax.const(0, str(x.ty.dtype))))
     return bb.emit_te(_signbit_te, x, primfunc_name_hint="signbit")
 
@@ -108,7 +105,7 @@ def var_mean(node, importer) -> relax.Expr:
     not above the correction gives inf or NaN, as there); std_mean decomposes to it."""
     bb = importer.block_builder
     x = importer.env[node.args[0]]
-    if not _floating(x):
+    if not is_floating(x):
         raise NotImplementedError(f"accel: var_mean of {x.ty.dtype} values; PyTorch takes floating inputs")
     dtype, shape = str(x.ty.dtype), [int(d) for d in x.ty.shape]
     dims = _dims(node, 1, len(shape))
@@ -133,7 +130,7 @@ def prod_dim(node, importer) -> relax.Expr:
     dtype = node.kwargs.get("dtype")
     if dtype is not None:
         x = cast(bb, x, importer._convert_data_type(dtype))
-    elif not _floating(x):
+    elif not is_floating(x):
         x = cast(bb, x, "int64")
     dim = node.args[1] % len(x.ty.shape)
     return bb.emit(relax.op.prod(x, [dim], keepdims=bool(_arg(node, 2, "keepdim", False))))
@@ -213,7 +210,7 @@ def _cumulative_extremum(largest: bool) -> Converter:
         def combine(earlier, later):
             (a, a_index), (b, b_index) = earlier, later
             beyond = relax.op.greater_equal(b, a) if largest else relax.op.less_equal(b, a)
-            if _floating(x):
+            if is_floating(x):
                 beyond = relax.op.logical_or(
                     relax.op.isnan(b), relax.op.logical_and(relax.op.logical_not(relax.op.isnan(a)), beyond)
                 )

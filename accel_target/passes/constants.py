@@ -12,7 +12,7 @@ import tvm
 from tvm import relax, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .relax_util import op_name, rewrite_functions
+from .relax_util import is_floating, op_name, rewrite_functions
 
 
 @mutator
@@ -129,8 +129,8 @@ class BindConstantSizes:
         return mod
 
 
-# x / 0 of floats as IEEE 754 computes it: x times an infinity of the zero's sign, or NaN
-_BY_ZERO = {"relax.divide": "infinity", "relax.floor_divide": "infinity", "relax.mod": "nan", "relax.floor_mod": "nan"}
+# x / 0 of floats as IEEE 754 computes it: x times this, with the zero's sign (a remainder: NaN)
+_BY_ZERO = {"relax.divide": np.inf, "relax.floor_divide": np.inf, "relax.mod": np.nan, "relax.floor_mod": np.nan}
 
 
 def _zero_scalar(expr) -> float | None:
@@ -139,10 +139,6 @@ def _zero_scalar(expr) -> float | None:
         return None
     value = expr.value.numpy()[()]
     return value if value == 0 else None
-
-
-def _floating(expr) -> bool:
-    return str(expr.ty.dtype).startswith(("float", "bfloat"))
 
 
 @mutator
@@ -155,12 +151,12 @@ class _ZeroRewriter(PyExprMutator):
         zero = _zero_scalar(call.args[1]) if name in _BY_ZERO else None
         if zero is None:
             return call
-        if not _floating(call.args[1]):
+        if not is_floating(call.args[1]):
             raise ValueError(
                 f"{name}: divides {call.args[0].ty.dtype} values by the constant {zero}; integer division "
                 "by zero has no result (PyTorch raises ZeroDivisionError), only floats divide by zero"
             )
-        factor = np.copysign(np.inf, zero) if _BY_ZERO[name] == "infinity" else np.nan
+        factor = np.copysign(_BY_ZERO[name], zero)
         return relax.op.multiply(call.args[0], relax.const(factor, str(call.args[1].ty.dtype)))
 
     def _times_zero(self, call):
@@ -168,7 +164,7 @@ class _ZeroRewriter(PyExprMutator):
         args = list(call.args)
         for position, (zero, other) in enumerate((args, args[::-1])):
             rank = getattr(other.ty, "ndim", -1)
-            if _zero_scalar(zero) is not None and _floating(zero) and rank > 0:
+            if _zero_scalar(zero) is not None and is_floating(zero) and rank > 0:
                 args[position] = relax.const(zero.value.numpy().reshape([1] * rank))
                 return relax.op.multiply(*args)
         return call

@@ -1,4 +1,4 @@
-"""Small Relax helpers that several graph passes share: op names, what a variable is bound to,
+"""Small Relax helpers that several graph passes share: op names, floating dtypes, what a variable is bound to,
 permutes, a conv2d like another, and copies of a module with one function changed. (Which ops
 are elementwise is not a list here: `op_kinds.is_elementwise` reads it from TVM.)
 """
@@ -13,6 +13,11 @@ PERMUTE = "relax.permute_dims"
 RESHAPE = "relax.reshape"
 PAD = "relax.nn.pad"
 CONV2D = "relax.nn.conv2d"
+
+
+def is_floating(expr: relax.Expr) -> bool:
+    """Whether `expr` is a tensor (or scalar) of a floating dtype (float16/32/64, bfloat16)."""
+    return str(expr.ty.dtype).startswith(("float", "bfloat"))
 
 
 def op_name(expr) -> str | None:

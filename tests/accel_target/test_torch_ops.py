@@ -10,7 +10,7 @@ import tvm
 
 import accel_target
 from accel_target.frontends import UnsupportedModelError
-from tests.helpers import assert_close, run_executable
+from tests.helpers import assert_close, run_executable, run_outputs
 
 
 class _Unfold(torch.nn.Module):
@@ -308,9 +308,8 @@ def test_float_arithmetic_with_a_constant_zero_as_pytorch():
     "Divide by zero" check, and that folder took x * 0.0 as 0."""
     x = torch.tensor([[1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf]])
     executable = accel_target.build(accel_target.from_torch(_ByZero(), (x,)))
-    outputs = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
-    for ours, theirs in zip(outputs, _ByZero()(x)):
-        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    for ours, theirs in zip(run_outputs(executable, x.numpy()), _ByZero()(x)):
+        np.testing.assert_array_equal(ours, theirs.numpy())
 
 
 class _IntegerByZero(torch.nn.Module):

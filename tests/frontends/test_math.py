@@ -4,11 +4,11 @@ computes them (accel_target/frontends/torch_math.py, torch_indexing.py), edge va
 import numpy as np
 import pytest
 import torch
-import tvm
 from torch import nn
 
 import accel_target
 from accel_target.frontends import UnsupportedModelError
+from tests.helpers import run_outputs
 
 
 def _put(tensor, index, value):
@@ -25,12 +25,6 @@ class Op(nn.Module):
 
     def forward(self, *args):
         return self.fn(*args)
-
-
-def _outputs(executable, inputs) -> list[np.ndarray]:
-    """The outputs of a run through the VM: the model callable refuses NaN and Inf inputs."""
-    out = tvm.relax.VirtualMachine(executable, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
 
 
 torch.manual_seed(0)
@@ -110,7 +104,7 @@ def test_op_matches_pytorch(fn, inputs):
     model = Op(fn).eval()
     expected = model(*inputs)
     expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
-    outputs = _outputs(accel_target.build(accel_target.from_torch(model, inputs)), inputs)
+    outputs = run_outputs(accel_target.build(accel_target.from_torch(model, inputs)), *[x.numpy() for x in inputs])
     for ours, theirs in zip(outputs, expected, strict=True):
         theirs = theirs.numpy()
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
@@ -161,12 +155,12 @@ def test_embedding_bag_matches_pytorch(mode, options, inputs):
     model = Bags(mode, **options).eval()
     executable = accel_target.build(accel_target.from_torch(model, inputs))
     assert accel_target.report(executable).declines == ()  # (TVM's searchsorted has a While loop)
-    (ours,) = _outputs(executable, inputs)
+    (ours,) = run_outputs(executable, *[x.numpy() for x in inputs])
     np.testing.assert_allclose(ours, model(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_embedding_bag_with_per_sample_weights_matches_pytorch():
     torch.manual_seed(0)
     model, inputs = Bags("sum").eval(), (INDICES, OFFSETS, torch.rand(7))
-    (ours,) = _outputs(accel_target.build(accel_target.from_torch(model, inputs)), inputs)
+    (ours,) = run_outputs(accel_target.build(accel_target.from_torch(model, inputs)), *[x.numpy() for x in inputs])
     np.testing.assert_allclose(ours, model(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)

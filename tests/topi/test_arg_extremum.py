@@ -4,11 +4,10 @@ against numpy, which like PyTorch counts NaN as the extremum and returns the fir
 import numpy as np
 import pytest
 import torch
-import tvm
 from tvm import relax
 
 import accel_target
-from tests.helpers import run_executable, run_relax, single_op_module
+from tests.helpers import run_executable, run_outputs, run_relax, single_op_module
 
 NAN, INF = np.nan, np.inf
 ROWS = np.array(
@@ -67,9 +66,8 @@ def test_torch_max_with_indices_matches_pytorch():
     """torch.max(x, dim): the values (a max reduction, NaN-propagating) and their indices agree."""
     x = torch.from_numpy(ROWS)
     executable = accel_target.build(accel_target.from_torch(MaxWithIndices().eval(), (x,)))
-    outputs = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(ROWS))
-    for ours, theirs in zip(outputs, MaxWithIndices()(x)):
-        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    for ours, theirs in zip(run_outputs(executable, ROWS), MaxWithIndices()(x)):
+        np.testing.assert_array_equal(ours, theirs.numpy())
 
 
 def test_integer_argmax_stays_with_tvm():

@@ -11,7 +11,7 @@ from torch import nn
 from tvm import relax, s_tir
 
 import accel_target
-from tests.helpers import ISAS, assert_close, rand, run_executable, runs_here, single_op_module
+from tests.helpers import ISAS, assert_close, rand, run_executable, run_outputs, runs_here, single_op_module
 from topi_accel import epilogue
 from topi_accel.tir_passes import blocks
 
@@ -378,13 +378,12 @@ def test_nan_propagates_as_in_pytorch(isa):
     executable = accel_target.build(accel_target.from_torch(model, (x, y)), target=ISAS[isa])
     if not runs_here(ISAS[isa]):
         pytest.skip(f"built and checked only: this host cannot run {isa} code")
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    outputs = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(y.numpy()))
+    outputs = run_outputs(executable, x.numpy(), y.numpy())
     with torch.no_grad():
         for ours, theirs in zip(outputs, model(x, y)):
             assert np.isnan(theirs.numpy()).any()
-            np.testing.assert_array_equal(np.isnan(ours.numpy()), np.isnan(theirs.numpy()))
-            assert_close(np.nan_to_num(ours.numpy()), np.nan_to_num(theirs.numpy()))
+            np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs.numpy()))
+            assert_close(np.nan_to_num(ours), np.nan_to_num(theirs.numpy()))
 
 
 class Extrema(nn.Module):
@@ -405,10 +404,9 @@ def test_maxima_of_infinities_are_infinite():
     x = torch.full((1, 4, 6, 6), -torch.inf)
     x[0, 1, 2, 3], x[0, 2, :3, :3] = 1.0, torch.inf
     executable = accel_target.build(accel_target.from_torch(Extrema().eval(), (x,)))
-    outputs = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
-    for ours, theirs in zip(outputs, Extrema()(x)):
+    for ours, theirs in zip(run_outputs(executable, x.numpy()), Extrema()(x)):
         assert np.isinf(theirs.numpy()).any()
-        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+        np.testing.assert_array_equal(ours, theirs.numpy())
 
 
 def test_relax_silu_is_a_vector_epilogue_of_the_conv():

@@ -9,7 +9,7 @@ from torch import nn
 from tvm import relax
 
 import accel_target
-from tests.helpers import ISAS, assert_close, runs_here
+from tests.helpers import ISAS, assert_close, run_executable, runs_here
 
 
 class RelativePositionBias(nn.Module):
@@ -62,7 +62,4 @@ def test_an_expression_with_let_read_twice_is_not_copied():
     x, c = torch.randn(1, 16, 32), torch.randn(1, 16, 32)
     executable = accel_target.build(accel_target.from_torch(GatedLeaky(), (x, c)))
     assert accel_target.report(executable).declines == ()  # Parallelize declined the ill-formed kernel
-    out = relax.VirtualMachine(executable, tvm.cpu())["main"](
-        tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(c.numpy())
-    )
-    assert_close(out.numpy(), GatedLeaky()(x, c).numpy())
+    assert_close(run_executable(executable, x.numpy(), c.numpy()), GatedLeaky()(x, c).numpy())

@@ -77,17 +77,16 @@ def inlining_stays_small(sch: s_tir.Schedule, producer, consumer) -> bool:
     size, reads = counted
     if reads <= 1:
         return True
-    if _binds(made.body.value):
+    if contains(made.body.value, tirx.Let):
         return False
     own = _value_size(made.body.value, None)
     return own is not None and size + reads * own[0] <= MAX_INLINED_NODES
 
 
-def _binds(expr) -> bool:
-    """Whether `expr` holds a ``Let``."""
-    found = []
-    tvm_ffi.structural_map(expr, (tirx.Let, lambda let: found.append(let) or let), order="post")
-    return bool(found)
+def contains(root, kind: type, test: Callable = lambda node: True) -> bool:
+    """Whether a node of type `kind` in `root` passes `test` (the walk stops at the first)."""
+    hit = lambda node: tvm_ffi.VisitInterrupt() if test(node) else None  # noqa: E731
+    return tvm_ffi.structural_walk(root, (kind, hit), order="pre") is not None
 
 
 def fresh_iter_vars(iter_vars, *nodes):

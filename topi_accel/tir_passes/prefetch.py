@@ -21,13 +21,12 @@ from __future__ import annotations
 import math
 
 import tvm
-import tvm_ffi
 from tvm import s_tir, sym, tirx
 from tvm.s_tir.schedule.schedule import ScheduleError
 
 from ..epilogue import all_blocks
 from ..knobs import ceil_div
-from .blocks import lower_blocks
+from .blocks import contains, lower_blocks
 
 PREFETCH = "accel_prefetch"
 # reduction steps of the register tile between two rounds of prefetches
@@ -149,9 +148,7 @@ def asks_for_prefetches(func: tirx.PrimFunc) -> bool:
     try:
         blocks = all_blocks(sch)
     except ScheduleError:
-        found = []
-        tvm_ffi.structural_map(func.body, (tirx.For, lambda loop: found.append(PREFETCH in loop.annotations) or loop))
-        return any(found)
+        return contains(func.body, tirx.For, lambda loop: PREFETCH in loop.annotations)
     return any(PREFETCH in sch.get(loop).annotations for block in blocks for loop in sch.get_loops(block))
 
 

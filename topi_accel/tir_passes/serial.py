@@ -11,6 +11,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
+from .blocks import contains
+
 
 def iterations(stmt: tirx.Stmt, scalar_weight: int = 1, vector: bool = False) -> int | None:
     """How many times the stores and calls of `stmt` run (loop extents multiplied down each
@@ -60,11 +62,4 @@ def computes_rows_in_buffers(func: tirx.PrimFunc) -> bool:
     root = getattr(func.body, "block", None)
     if root is None or len(root.alloc_buffers) == 0:
         return False
-    parallel = []
-
-    def note(loop: tirx.For) -> tirx.For:
-        parallel.append(loop.kind == tirx.ForKind.PARALLEL)
-        return loop
-
-    tvm_ffi.structural_map(func.body, (tirx.For, note), order="post")
-    return any(parallel)
+    return contains(func.body, tirx.For, lambda loop: loop.kind == tirx.ForKind.PARALLEL)
