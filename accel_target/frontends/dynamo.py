@@ -25,10 +25,11 @@ leaves the graph to PyTorch (``gm.forward``) with one AccelFallbackWarning namin
 the reason; ``options={"fallback": "raise"}`` raises instead. Graph breaks are dynamo's: each
 graph is built, or left to PyTorch, on its own.
 
-Weights are folded at compile time but dynamo does not guard their values: each call checks
-that every folded tensor is the same object at the same version (``load_state_dict``, an
-optimizer step, ``module.weight = ...`` since); otherwise the graph runs in PyTorch from then
-on, with a warning to call ``torch.compiler.reset()``. accel is inference only: a graph traced
+Weights are folded at compile time but dynamo does not guard their values: it calls one graph
+with the weights of every instance of a module (each layer, where graph breaks cut the model at
+its layers). Each set of weight tensors gets a build of its own, on the first call with it
+(`_WeightSets`); a set changed in place since (``load_state_dict``, an optimizer step) runs in
+PyTorch from then on, with a warning to call ``torch.compiler.reset()``. accel is inference only: a graph traced
 with grad mode on and an input or parameter that requires grad runs in PyTorch.
 """
 
@@ -78,6 +79,7 @@ class _Plan:
     input_cl: list = dataclasses.field(default_factory=list)  # per tensor input: channels-last?
     output_cl: list = dataclasses.field(default_factory=list)  # per output: channels-last in eager?
     output_4d: list = dataclasses.field(default_factory=list)
+    output_fixed: list = dataclasses.field(default_factory=list)  # per output: of weights alone?
     single: bool = False  # the graph returns one value, not a tuple
 
 
@@ -173,7 +175,12 @@ def _plan(gm, example_inputs) -> _Plan:
     plan.input_cl = [_is_channels_last(example_inputs[i]) for i in plan.inputs]
     output = gm.graph.find_nodes(op="output")[0].args[0]
     plan.single = not isinstance(output, (tuple, list))
+    varying = {node for node, kind in zip(placeholders, plan.kinds) if kind in ("input", "sym")}
+    for node in gm.graph.nodes:  # in order: a node after its inputs
+        if any(a in varying for a in node.all_input_nodes):
+            varying.add(node)
     for out in [output] if plan.single else list(output):
+        plan.output_fixed.append(out not in varying)
         value = out.meta.get("example_value", out.meta.get("val")) if isinstance(out, torch.fx.Node) else out
         if not isinstance(value, torch.Tensor):
             raise _Unsupported(f"graph output {out} is a {type(value).__name__}, not a tensor")
@@ -328,15 +335,6 @@ def _output_views(plan: _Plan, layout_out: str | None, option: str | None) -> tu
     return tuple(views)
 
 
-def _weights_changed(gm, plan: _Plan, args, watched) -> bool:
-    """Whether a folded weight is another tensor, or changed in place, since the build (warned)."""
-    for i, t, version in watched:
-        if args[i] is not t or t._version != version:
-            _warn(gm, f"weight {plan.names[i]} changed after compiling; call torch.compiler.reset() to rebuild")
-            return True
-    return False
-
-
 def _numbers_changed(gm, plan: _Plan, args, checked) -> bool:
     """Whether a number argument of forward differs from the one built in (warned)."""
     for i, value in checked:
@@ -346,31 +344,103 @@ def _numbers_changed(gm, plan: _Plan, args, checked) -> bool:
     return False
 
 
-def _runner(gm, plan: _Plan, model, layouts, output_option):
-    """The function dynamo calls for `gm`: the accel model on torch tensors, PyTorch where stale."""
-    weights = tuple(model.weights)
+def _builder(gm, plan: _Plan, example_inputs, layouts, opts):
+    """`build(originals)`: the loaded model of `gm` with the weights `originals` (placeholder
+    index -> tensor) folded in."""
+
+    def build(originals: dict):
+        consts = {**plan.consts, **{i: t.detach() for i, t in originals.items()}}
+        # dynamo calls the backend inside its TracingContext, whose fake mode and ShapeEnv
+        # torch.export would take over (its guards would land in dynamo's: "Guard failed on
+        # the same frame it was created"): export outside it.
+        with torch._guards.tracing(None), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            return _build(gm, dataclasses.replace(plan, consts=consts), example_inputs, layouts, opts)
+
+    return build
+
+
+MAX_WEIGHT_SETS = 64  # models of one graph, one per set of weights it is called with
+
+
+class _WeightSets:
+    """The models of one graph, one per set of weights: dynamo compiles a module's forward once
+    and calls it with the weights of every instance of the module as arguments (each layer of a
+    transformer, where a graph break cuts the model at its layers). A set is the same tensor
+    objects; the first call with a new set builds for it (`rebuild`: its weights folded in, the
+    disk cache first). A set changed in place since its build (``load_state_dict``, an
+    optimizer step) runs in PyTorch from then on, warned."""
+
+    def __init__(self, gm, plan: _Plan, model, rebuild):
+        self.gm, self.plan, self.rebuild = gm, plan, rebuild
+        self.sets = [self._entry(plan.originals, model)]
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _entry(originals: dict, model) -> dict:
+        # the weights are folded in; dynamo does not guard their values ("unguarded" static inputs)
+        watched = tuple((i, t, t._version) for i, t in originals.items())
+        return {"watched": watched, "model": model, "weights": tuple(model.weights), "local": threading.local()}
+
+    def _find(self, args) -> dict | None:
+        for entry in self.sets:
+            if all(args[i] is t for i, t, _ in entry["watched"]):
+                return entry
+        return None
+
+    def model_for(self, args) -> dict | None:
+        """The entry of `args`' weights (built on first sight), None where they run in PyTorch."""
+        entry = self._find(args)
+        if entry is None:
+            with self.lock:
+                entry = self._find(args) or self._add(args)
+        if entry is None or entry.get("stale"):
+            return None
+        for i, t, version in entry["watched"]:
+            if t._version != version:
+                name = self.plan.names[i]
+                _warn(self.gm, f"weight {name} changed after compiling; call torch.compiler.reset() to rebuild")
+                entry["stale"] = True
+                return None
+        return entry
+
+    def _add(self, args) -> dict | None:
+        if len(self.sets) >= MAX_WEIGHT_SETS:
+            _warn(self.gm, f"called with more than {MAX_WEIGHT_SETS} sets of weights (this set runs in PyTorch)")
+            return None
+        originals = {i: args[i] for i in self.plan.originals}
+        try:
+            entry = self._entry(originals, self.rebuild(originals))
+        except Exception as err:  # noqa: BLE001  (these weights run in PyTorch)
+            _warn(self.gm, f"rebuilding for another set of weights: {_reason(err)}")
+            return None
+        self.sets.append(entry)
+        return entry
+
+
+def _runner(gm, plan: _Plan, sets: _WeightSets, layouts, output_option):
+    """The function dynamo calls for `gm`: the accel model of the weights it is called with on
+    torch tensors; PyTorch where they are stale or a number differs from the one built in."""
     feeds = tuple((i, layouts[0] == "NHWC" and fake.dim() == 4) for i, fake in zip(plan.inputs, plan.fakes))
     views = _output_views(plan, layouts[1], output_option)
-    # the weights are folded in; dynamo does not guard their values ("unguarded" static inputs)
-    watched = tuple((i, t, t._version) for i, t in plan.originals.items())
     checked = tuple((i, v) for i, v in plan.consts.items() if plan.kinds[i] == "checked")
-    local, state = threading.local(), {"stale": False}
 
     def run(*args):
-        if state["stale"] or _weights_changed(gm, plan, args, watched):
-            state["stale"] = True
+        entry = sets.model_for(args)
+        if entry is None or _numbers_changed(gm, plan, args, checked):  # dynamo guards no number
             return gm.forward(*args)
-        if _numbers_changed(gm, plan, args, checked):  # this call only: dynamo guards nothing on it
-            return gm.forward(*args)
+        local = entry["local"]
         if not hasattr(local, "main"):
-            local.main = model.vm["main"]  # the calling thread's VM
+            local.main = entry["model"].vm["main"]  # the calling thread's VM
         tensors = []
         for i, nhwc in feeds:
             t = args[i].permute(0, 2, 3, 1) if nhwc else args[i]  # channels-last memory as it is
             tensors.append(t if t.is_contiguous() else t.contiguous())
-        result = local.main(*tensors, *weights)  # tvm-ffi: torch in through DLPack, torch out
-        result = [result] if isinstance(result, torch.Tensor) else list(result)
+        result = local.main(*tensors, *entry["weights"])  # tvm-ffi: torch in through DLPack, torch out
+        result = [result] if hasattr(result, "__dlpack__") else list(result)  # (one: not a tuple)
+        # a tensor of TVM's where no torch tensor went in; a fixed one is the VM's constant
         result = [r if isinstance(r, torch.Tensor) else torch.from_dlpack(r) for r in result]
+        result = [r.clone() if fixed else r for r, fixed in zip(result, plan.output_fixed)]
         for k, view in enumerate(views):
             if view == "nhwc":
                 result[k] = result[k].permute(0, 3, 1, 2)  # NCHW view, channels-last strides
@@ -378,7 +448,8 @@ def _runner(gm, plan: _Plan, model, layouts, output_option):
                 result[k] = result[k].contiguous(memory_format=torch.channels_last)
         return result[0] if plan.single else tuple(result)
 
-    run.accel_model = model  # accel_target.report(run.accel_model): which kernel every op got
+    run.accel_model = sets.sets[0]["model"]  # accel_target.report(run.accel_model): each op's kernel
+    run.accel_weight_sets = sets.sets
     run.layouts = layouts
     return run
 
@@ -423,13 +494,9 @@ def accel_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | N
     try:
         plan = _plan(gm, example_inputs)
         layouts = _layouts(plan, opts)
-        # dynamo calls the backend inside its TracingContext, whose fake mode and ShapeEnv
-        # torch.export would take over (its guards would land in dynamo's: "Guard failed on
-        # the same frame it was created"): export outside it.
-        with torch._guards.tracing(None), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            model = _build(gm, plan, example_inputs, layouts, opts)
-        return _runner(gm, plan, model, layouts, opts["output_layout"])
+        build = _builder(gm, plan, example_inputs, layouts, opts)
+        sets = _WeightSets(gm, plan, build(plan.originals), build)
+        return _runner(gm, plan, sets, layouts, opts["output_layout"])
     except Exception as err:  # noqa: BLE001  (whatever fails: the graph runs in PyTorch)
         if opts["fallback"] == "raise":
             raise

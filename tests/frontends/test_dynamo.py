@@ -255,3 +255,51 @@ def test_backend_found_by_entry_point_and_cache_reused_by_another_process():
     result = json.loads(child.stdout.strip().splitlines()[-1])
     assert result["module"] == "accel_target.frontends.dynamo"
     assert result.get("cache_hits") == 1 and result.get("builds", 0) == 0, result
+
+
+class _Block(nn.Module):
+    """A layer that dynamo compiles once for every instance: a graph break in its forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        torch._dynamo.graph_break()
+        return torch.relu(self.linear(x))
+
+
+def test_one_graph_called_with_each_layers_weights_builds_for_each():
+    """dynamo compiles the block's forward once and calls it with each block's weights: each set
+    is built on first sight (no fallback), and each block computes with its own weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(_Block() for _ in range(3))).eval()
+    x = torch.randn(2, 8)
+    builds = dynamo.STATS["builds"] + dynamo.STATS["cache_hits"]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.AccelFallbackWarning)
+        compiled = torch.compile(model, backend="accel")
+        for _ in range(2):
+            assert_close(compiled(x).numpy(), model(x).numpy())
+    assert dynamo.STATS["builds"] + dynamo.STATS["cache_hits"] - builds == 3
+
+
+class _OfBuffersAlone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor([3.0, 4.0]))
+
+    def forward(self, x):
+        return self.scale * 2  # x unread: a graph of the buffer alone (EnCodec's padding sizes)
+
+
+def test_a_graph_of_weights_alone_returns_a_new_tensor_each_call():
+    """A graph computed from folded weights alone returns the VM's constant (a TVM tensor): each
+    call gets a copy as a torch tensor, which the caller may change without changing the next."""
+    compiled = torch.compile(_OfBuffersAlone().eval(), backend="accel")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", dynamo.AccelFallbackWarning)
+        first = compiled(torch.randn(2))
+        assert isinstance(first, torch.Tensor) and first.tolist() == [6.0, 8.0]
+        first.add_(1)
+        assert compiled(torch.randn(2)).tolist() == [6.0, 8.0]
