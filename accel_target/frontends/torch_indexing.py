@@ -1,15 +1,21 @@
 """Converters of aten ops that read or write at indices and that TVM's importer lacks, written
 with Relax ops as PyTorch defines them: scatter_add / scatter_reduce, index_put on fewer axes
-than the tensor has or by a mask of one value, searchsorted and EmbeddingBag. Their indices are
-checked like every indexing op's (accel_target/passes/indexing.py).
+than the tensor has or by a mask of one value, searchsorted, EmbeddingBag, and the ops whose
+result's size depends on the data (nonzero, masked_select; x[mask] in torch_ops.index_tensor).
+Their indices are checked like every indexing op's (accel_target/passes/indexing.py).
+
+A size that depends on the data is torch.export's unbacked symbol (``u0``): here one shape
+variable per symbol, bound where the positions are found (Relax's ``nonzero``, which the VM runs
+as a packed function, then a match_cast), so that every later shape reading it is symbolic in it.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 
 from strategy.layout import tensor_shape
 
@@ -59,16 +65,13 @@ def searchsorted(node, importer) -> relax.Expr:
 
 def _masked_put(node, importer, x, given: dict, values) -> relax.Expr:
     """x[mask] = v of one value (``x[x < 0] = 0``, ``scores[mask] = -inf``): where(mask, v, x),
-    or x + where(mask, v, 0) accumulating; the mask on x's leading axes. Several values go to
-    positions that depend on the data: refused."""
-    name, shape = node.target.__name__, tensor_shape(x)
+    or x + where(mask, v, 0) accumulating, where the mask is on x's leading axes; else at the
+    mask's positions as index tensors."""
+    shape = tensor_shape(x)
     mask = given.get(0)
     mask_shape = None if mask is None or len(given) != 1 else tensor_shape(mask)
-    if mask_shape is None or mask_shape != shape[: len(mask_shape)] or math.prod(tensor_shape(values)) != 1:
-        raise NotImplementedError(
-            f"accel: {name} with a boolean mask of more than one value, or beside other indices: the positions "
-            "written depend on the data (x[mask] = v of one value v, the mask on x's leading axes, is supported)"
-        )
+    if mask_shape is None or mask_shape != shape[: len(mask_shape)]:
+        return None
     bb = importer.block_builder
     dtype = str(x.ty.dtype)
     for _ in range(len(shape) - len(mask_shape)):
@@ -89,14 +92,18 @@ def index_put(node, importer) -> relax.Expr:
     given = {axis: importer.env[i] for axis, i in enumerate(node.args[1]) if i is not None}
     shape, rank = tensor_shape(x), len(x.ty.shape)
     if any(str(i.ty.dtype) == "bool" for i in given.values()):
-        return _masked_put(node, importer, x, given, values)
-    if len(given) == rank:
+        put = _masked_put(node, importer, x, given, values) if math.prod(tensor_shape(values)) == 1 else None
+        if put is not None:
+            return put
+        axes, indices, _ = index_tensors(node, importer, "index_put (x[mask] = values)", values_node=node.args[2])
+        given = dict(zip(axes, indices, strict=True))
+    elif len(given) == rank:
         return theirs(node, importer)
     axes = sorted(given)
     if axes != list(range(axes[0], axes[0] + len(axes))):
         raise NotImplementedError(f"accel: {node.target.__name__} with index tensors on axes {axes}, not adjacent")
     bb = importer.block_builder
-    index_shape = list(np.broadcast_shapes(*(tuple(tensor_shape(i)) for i in given.values())))
+    index_shape = _broadcast([tensor_shape(i) for i in given.values()])
     counted = []
     for axis in axes:
         i = cast(bb, given[axis], "int64")
@@ -121,6 +128,131 @@ def index_put(node, importer) -> relax.Expr:
         "add" if _arg(node, 3, "accumulate", False) else "update",
     )
     return bb.emit(relax.op.permute_dims(scattered, [order.index(a) for a in range(rank)]))
+
+
+def _broadcast(shapes: list[list]) -> list:
+    """The shape `shapes` broadcast to; symbolic sizes where they are all the same shape."""
+    if all(shape == shapes[0] for shape in shapes):
+        return list(shapes[0])
+    return list(np.broadcast_shapes(*(tuple(shape) for shape in shapes)))
+
+
+def index_tensors(node, importer, op: str, values_node=None) -> tuple[list[int], list[relax.Expr], list[bool]]:
+    """The index tensors of an indexing `node` (``node.args[1]``: a tensor or None per axis) with
+    the axes they index, and whether each needs a check: a boolean mask over k axes becomes the
+    k position vectors of its true elements (inside their axes). Their number depends on the
+    data: the size of the indexed result's last broadcast axis (`node`'s result, or for a write
+    the `values_node` written where it does not broadcast along that axis)."""
+    env, rank = importer.env, len(importer.env[node.args[0]].ty.shape)
+    given, axis = [], 0
+    for index in node.args[1]:
+        value = None if index is None else env[index]
+        mask = value is not None and str(value.ty.dtype) == "bool"
+        given.append((axis, value, mask))
+        axis += len(value.ty.shape) if mask else 1
+    covered = [a for a, v, mask in given if v is not None for a in range(a, a + (len(v.ty.shape) if mask else 1))]
+    broadcast_rank = max(1 if mask else len(v.ty.shape) for _, v, mask in given if v is not None)
+    start = covered[0] if covered == list(range(covered[0], covered[0] + len(covered))) else 0
+    count_axis = start + broadcast_rank - 1  # in x[indices]'s shape
+    axes, indices, checked = [], [], []
+    for axis, value, mask in given:
+        if not mask:
+            if value is not None:
+                axes.append(axis)
+                indices.append(value)
+                checked.append(True)
+            continue
+        if values_node is None:
+            size = data_dependent_size(importer, node, count_axis)
+        else:  # the values align with x[indices]'s last axes
+            shape = values_node.meta["val"].shape
+            values_axis = count_axis - (rank - len(covered) + broadcast_rank - len(shape))
+            broadcast = values_axis < 0 or (isinstance(shape[values_axis], int) and shape[values_axis] == 1)
+            size = _new_size(importer, node) if broadcast else data_dependent_size(importer, values_node, values_axis)
+        positions = mask_positions(importer, op, value, size)
+        axes += range(axis, axis + len(positions))
+        indices += positions
+        checked += [False] * len(positions)
+    return axes, indices, checked
+
+
+def _new_size(importer, node) -> tirx.Var:
+    """A shape variable of its own for a size that depends on the data and that no value of the
+    program has (a mask's count where the values written broadcast)."""
+    sizes = importer.__dict__.setdefault("_accel_data_sizes", {})
+    return sizes.setdefault(f"{node.name}_count", tirx.Var(f"{node.name}_count", "int64"))
+
+
+def data_dependent_size(importer, node, axis: int):
+    """The size of `node`'s value along `axis`: an int where torch.export knows it, else the
+    shape variable of its unbacked symbol (one per symbol in the program)."""
+    size = node.meta["val"].shape[axis]
+    if isinstance(size, int):
+        return size
+    sizes = importer.__dict__.setdefault("_accel_data_sizes", {})
+    name = str(size) if size.node.expr.is_Symbol else f"{node.name}_size{axis}"
+    name = _asserted_equal(importer, node.graph).get(name, name)
+    return sizes.setdefault(name, tirx.Var(name, "int64"))
+
+
+def _asserted_equal(importer, graph) -> dict[str, str]:
+    """Sizes that the program asserts equal (``b[m] += a[m]``: Eq(u0, u1)), each mapped to one
+    of them, so that they are one shape variable."""
+    if "_accel_equal_sizes" not in importer.__dict__:
+        parents: dict[str, str] = {}
+        for node in graph.nodes:
+            condition = node.args[0] if str(node.target) == "aten._assert_scalar.default" else None
+            if getattr(condition, "target", None) is not operator.eq:
+                continue
+            names = [_root(parents, str(arg.meta.get("val"))) for arg in condition.args if hasattr(arg, "meta")]
+            if len(names) == 2 and names[0] != names[1]:
+                parents[names[1]] = names[0]
+        importer._accel_equal_sizes = {name: _root(parents, name) for name in parents}
+    return importer._accel_equal_sizes
+
+
+def _root(parents: dict[str, str], name: str) -> str:
+    while name in parents:
+        name = parents[name]
+    return name
+
+
+def _nonzero(importer, op: str, mask: relax.Expr, size) -> relax.Expr:
+    """[mask.ndim, size]: the positions of `mask`'s nonzero elements in row-major order, as
+    torch.nonzero finds them (transposed)."""
+    rank = len(mask.ty.shape)
+    if rank == 0:
+        raise NotImplementedError(f"accel: {op} of a 0-d mask is not supported; supported: masks of 1 or more axes")
+    bb = importer.block_builder
+    return bb.match_cast(bb.emit(relax.op.nonzero(mask)), relax.TensorType([rank, size], "int64"))
+
+
+def mask_positions(importer, op: str, mask: relax.Expr, size) -> list[relax.Expr]:
+    """The positions of `mask`'s nonzero elements: one int64 vector of `size` elements per axis."""
+    found, bb = _nonzero(importer, op, mask, size), importer.block_builder
+    return [bb.emit(relax.op.take(found, relax.const(axis, "int64"), axis=0)) for axis in range(len(mask.ty.shape))]
+
+
+def nonzero(node, importer) -> relax.Expr:
+    """aten.nonzero(x) -> [n, x.ndim]: the positions of x's nonzero elements, row by row."""
+    x = importer.env[node.args[0]]
+    found = _nonzero(importer, "nonzero", x, data_dependent_size(importer, node, 0))
+    # (not a stack of mask_positions: TVM's ConvertLayout fails on that stack)
+    return importer.block_builder.emit(relax.op.permute_dims(found, [1, 0]))
+
+
+def masked_select(node, importer) -> relax.Expr:
+    """aten.masked_select(x, mask) -> [n]: x's elements where the mask (broadcast together with
+    x) is true, in row-major order."""
+    bb = importer.block_builder
+    x, mask = (importer.env[a] for a in node.args[:2])
+    shape = tensor_shape(x)
+    if tensor_shape(mask) != shape:
+        shape = list(np.broadcast_shapes(tuple(shape), tuple(tensor_shape(mask))))
+    x, mask = (v if tensor_shape(v) == shape else bb.emit(relax.op.broadcast_to(v, shape)) for v in (x, mask))
+    flat = bb.emit(relax.op.reshape(mask, [math.prod(shape)]))
+    (position,) = mask_positions(importer, "masked_select", flat, data_dependent_size(importer, node, 0))
+    return bb.emit(relax.op.take(bb.emit(relax.op.reshape(x, [math.prod(shape)])), position, axis=0, mode="clip"))
 
 
 _BAG_MODES = ("sum", "mean", "max")
@@ -181,4 +313,6 @@ CONVERTERS: dict[str, Converter] = {
     "index_put.default": index_put,
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,
+    "nonzero.default": nonzero,
+    "masked_select.default": masked_select,
 }

@@ -21,7 +21,8 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
 - Ops TVM's importer lacks: fmax, fmin, hypot, copysign, signbit, bit shifts, var_mean / std_mean
   with a correction, prod along a dim, logcumsumexp, cummax, cummin, cdist
   (accel_target/frontends/torch_math.py); scatter_add / scatter_reduce, index_put on fewer axes
-  than the tensor has or by a mask of one value, searchsorted, EmbeddingBag
+  than the tensor has, searchsorted, EmbeddingBag, and what reads or writes at a boolean mask,
+  whose size depends on the data (x[mask], x[mask] = v, nonzero, masked_select)
   (accel_target/frontends/torch_indexing.py).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.
@@ -46,6 +47,7 @@ from .torch_attention import scaled_dot_product_attention
 from .torch_complex import node_arg as _scalar
 from .torch_fold import Converter, decomposed, decompositions, folding, input_independent_values
 from .torch_indexing import CONVERTERS as INDEXING_OPS
+from .torch_indexing import index_tensors
 from .torch_math import CONVERTERS as MATH_OPS
 from .torch_pool import CONVERTERS as POOL_OPS
 from .torch_pool import refuse_unread
@@ -96,13 +98,15 @@ def _size_value(bb, size) -> relax.Expr:
     return bb.emit(relax.op.reshape(bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([size]))), []))
 
 
-def _merged_runtime(bb, indices: list, axes: list[int], shape: list) -> relax.Expr:
-    """The index into the merged `axes` of data of `shape` at `indices` (relax tensors), each
-    checked on its own axis (accel_target/passes/indexing.py: negatives counted back, one outside
-    an error at run time); the axes' sizes may be symbolic."""
+def _merged_runtime(bb, indices: list, axes: list[int], shape: list, checked: list[bool]) -> relax.Expr:
+    """The index into the merged `axes` of data of `shape` at `indices` (relax tensors), those
+    `checked` checked on their own axis (accel_target/passes/indexing.py: negatives counted
+    back, one outside an error at run time); the axes' sizes may be symbolic."""
     sizes, merged = [shape[a] for a in axes], None
     for j, (index, axis) in enumerate(zip(indices, axes, strict=True)):
-        index = bb.emit(relax.op.astype(indexing.check(bb, "index.Tensor", index, shape, [axis]), "int64"))
+        if checked[j]:
+            index = indexing.check(bb, "index.Tensor", index, shape, [axis])
+        index = bb.emit(relax.op.astype(index, "int64"))
         term = bb.emit(relax.op.multiply(index, _size_value(bb, math.prod(sizes[j + 1 :]))))
         merged = term if merged is None else bb.emit(relax.op.add(merged, term))
     return merged
@@ -115,27 +119,20 @@ def index_tensor(node, importer) -> relax.Expr:
     sum(index_j * stride_j). TVM's converter takes ``x[:, i, j]`` with 1-D i and j as an outer
     product (a [N, 3, 3] result for [N, 3]) and fails on broadcasting indices (nn.Unfold's, and
     GPT-2's mask of packed sequences ``cumsum[batch_index, :, row][..., column]`` exported with a
-    symbolic batch and sequence: a wrong mask). One index and bool masks go to it still."""
-    bb, env = importer.block_builder, importer.env
-    data = env[node.args[0]]
-    picked = [(axis, env[index]) for axis, index in enumerate(node.args[1]) if index is not None]
-    axes, indices = [axis for axis, _ in picked], [index for _, index in picked]
+    symbolic batch and sequence: a wrong mask) and on boolean masks (``x[mask]``: here the
+    positions of the mask's true elements, a result whose size depends on the data). One index
+    tensor goes to it still."""
+    bb = importer.block_builder
+    data = importer.env[node.args[0]]
+    axes, indices, checked = index_tensors(node, importer, "index.Tensor (x[mask])")
     shape = tensor_shape(data)
-    if any(str(i.ty.dtype) == "bool" for i in indices):
-        try:
-            return importer._index_tensor(node)
-        except Exception as err:  # (a mask the converter cannot take: it gathers at the mask as indices)
-            raise NotImplementedError(
-                "accel: indexing by a boolean mask (x[mask]), whose result's shape depends on the data, "
-                "is not supported"
-            ) from err
-    if len(picked) < 2 or shape is None:
+    if all(checked) and (len(axes) < 2 or shape is None):
         return importer._index_tensor(node)
     sizes, first = [shape[axis] for axis in axes], axes[0]
     if all(isinstance(i, tvm.ir.expr.Constant) for i in indices) and all(isinstance(s, int) for s in sizes):
         merged = array_constant(_merged_constant([constant_array(i) for i in indices], axes, shape))
     else:
-        merged = _merged_runtime(bb, indices, axes, shape)
+        merged = _merged_runtime(bb, indices, axes, shape, checked)
     if axes != list(range(first, first + len(axes))):  # apart: the broadcast axes lead
         order = axes + [a for a in range(len(shape)) if a not in axes]
         data, shape, first = bb.emit(relax.op.permute_dims(data, order)), [shape[a] for a in order], 0
