@@ -91,13 +91,34 @@ def dense_config(
     The rows of a tile: `pick_block`'s divisor of m, or the full tile where that pads at most
     `knobs.MAX_PADDED_FRACTION` of the rows and does not lose row axes that the divisor keeps
     (256 rows in tiles of 6 rows of two vectors, 258 computed, rather than 4)."""
+    symbolic = not is_static(m) if m is not None else True
+    factor = _static_factor(m) if symbolic else 1
     m = static_or(m, REPRESENTATIVE_ROWS)
     knobs = cpu_knobs(target)
     n_block = _row_columns(n, knobs) if m == 1 else knobs.column_block(n)
     divisor, padded = _row_tiles(m, n_block, knobs)
     if padded and (rows is None or keeps_rows(rows, padded) or not keeps_rows(rows, divisor)):
-        return padded
-    return divisor
+        chosen = padded
+    else:
+        chosen = divisor
+    return replace(chosen, m_block=_provable_block(chosen.m_block, factor)) if symbolic else chosen
+
+
+def _static_factor(m) -> int:
+    """The product of the constant factors of a symbolic row count (16 for ``b * 16``)."""
+    if isinstance(m, tirx.Mul):
+        return _static_factor(m.a) * _static_factor(m.b)
+    return int(m) if is_static(m) else 1
+
+
+def _provable_block(block: int, factor: int) -> int:
+    """Rows of a tile for M = b * `factor` rows (b symbolic): `block`, or the largest smaller
+    one, that divides `factor` or is smaller than it and shares no factor with it. TVM's prover
+    cannot show that the tiles cover M otherwise (ceil(14 b / 6) tiles of 6 rows for 14 b, or
+    of 5 for 4 b: reverse_compute_at fails, and the matmul goes to TVM's kernel)."""
+    if factor == 1:  # (b * s: any block)
+        return block
+    return next(b for b in range(block, 0, -1) if factor % b == 0 or (b < factor and math.gcd(factor, b) == 1))
 
 
 def _row_tiles(m: int, n_block: int, knobs) -> tuple[DenseConfig, DenseConfig | None]:

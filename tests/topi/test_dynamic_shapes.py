@@ -67,6 +67,25 @@ def test_dense_kn_rows_product_of_shape_variables(target):
         assert_close(out.numpy(), x @ w)
 
 
+@pytest.mark.parametrize("seq", [4, 14, 16, 128, 197])
+@pytest.mark.parametrize("n", [32, 768])
+def test_dense_kn_symbolic_batch_times_a_static_length(seq, n):
+    """Rows ``b * seq`` (a symbolic batch of fixed-length sequences, flattened): the tiles
+    dense_config picks schedule (TVM's prover must show that they cover the rows), and the
+    kernel computes at several batches."""
+    b, k = tvm.tirx.Var("b", "int64"), 24
+    with tvm.target.Target("accel"):
+        cfg = topi_accel.dense_config(b * seq, n, rows=(b * seq,))
+    lib = _library(topi_accel.dense_kn_func((b * seq,), k, n, cfg), "accel")
+    w = rand(k, n)
+    packed = tvm.runtime.tensor(pack(w, topi_accel.weight_pack_map(cfg)))
+    for bs in BATCHES:
+        x = rand(bs * seq, k)
+        out = tvm.runtime.tensor(np.zeros((bs * seq, n), "float32"))
+        lib(tvm.runtime.tensor(x), packed, bs, out)
+        assert_close(out.numpy(), x @ w)
+
+
 def test_dense_kn_symbolic_batch_keeps_rows():
     """data [B, S, K] with B symbolic and S static: the result keeps both axes."""
     s, k, n = 16, 40, 48
