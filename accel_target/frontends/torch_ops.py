@@ -5,7 +5,9 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
   input, and the refusal of programs that mutate (accel_target/frontends/torch_fold.py).
 - ``scaled_dot_product_attention`` as two plain products (accel_target/frontends/torch_attention.py).
 - ``slice`` to a symbolic end that the export proved inside its axis keeps that length
-  (BERT's ``position_ids[:, :seq]``), so that shapes stay related to the inputs' symbols.
+  (BERT's ``position_ids[:, :seq]``), so that shapes stay related to the inputs' symbols;
+  every result gets the sizes torch.export knows to be numbers (`_known_sizes`).
+- ``split_with_sizes`` by sizes the data gives (``counts.tolist()``: a mixture of experts).
 - ``cumsum`` of integers or bools sums in int64, as PyTorch does.
 - Complex tensors, which TVM's importer has no dtype for, as (real, imaginary) pairs, and the
   FFTs as products with DFT matrices (accel_target/frontends/torch_complex.py): FNet, Autoformer,
@@ -32,6 +34,7 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 
@@ -192,6 +195,33 @@ def unfold(node, importer) -> relax.Expr:
     return bb.emit(relax.op.permute_dims(split, order))
 
 
+def split_with_sizes(node, importer) -> relax.Expr:
+    """aten.split_with_sizes(x, sizes, dim=0), the sizes numbers or sizes the data gives
+    (``counts.tolist()``: a mixture of experts' tokens per expert); TVM's converter takes
+    only numbers."""
+    x, bb = importer.env[node.args[0]], importer.block_builder
+    sizes = [s if isinstance(s, int) else importer.env[s] for s in node.args[1]]
+    dim = _scalar(node, 2, "dim", 0)
+    if all(isinstance(s, int) for s in sizes):
+        return bb.emit(relax.op.split(x, list(itertools.accumulate(sizes[:-1])), dim))
+    shape = tensor_shape(x)
+    dim %= len(shape)
+    # the axis must be the sizes' sum (checked at run time, as PyTorch checks it): then each
+    # slice is inside it and of the size given. Of an axis of known size, the last piece is
+    # the rest, so that the pieces concatenated have that size again (not u0 + u1 + u2 + u3)
+    checked = bb.match_cast(x, relax.TensorType([*shape[:dim], sum(sizes), *shape[dim + 1 :]], str(x.ty.dtype)))
+    if isinstance(shape[dim], int):
+        sizes[-1] = shape[dim] - sum(sizes[:-1])
+    else:
+        x = checked
+    ends = list(itertools.accumulate(sizes))
+    pieces = [
+        bb.emit(relax.op.strided_slice(x, [dim], [end - size], [end], assume_inbound=True))
+        for size, end in zip(sizes, ends, strict=True)
+    ]
+    return bb.emit(relax.Tuple(pieces))
+
+
 def topk(node, importer) -> relax.Expr:
     """aten.topk(x, k, dim=-1, largest=True, sorted=True), `sorted` False too (DeepSeek's
     router), computed sorted: PyTorch leaves the order unspecified then, and sorted is one
@@ -325,6 +355,7 @@ CONVERTERS: dict[str, Converter] = {
     "amax.default": _extremum(relax.op.max),
     "amin.default": _extremum(relax.op.min),
     "topk.default": topk,
+    "split_with_sizes.default": split_with_sizes,
     "max.dim": _extremum_dim(relax.op.max, relax.op.argmax),
     "min.dim": _extremum_dim(relax.op.min, relax.op.argmin),
     "grid_sampler_2d.default": grid_sample,
@@ -356,17 +387,42 @@ def convert_map(folded: dict) -> dict[str, Converter]:
 
 
 def _naming(name: str, converter: Converter) -> Converter:
-    """`converter`, an error it raises marked with the op it was converting (`failed_op`)."""
+    """`converter`, an error it raises marked with the op it was converting (`failed_op`), its
+    result with the sizes torch.export knows (`_known_sizes`)."""
 
     def convert(node, importer):
         try:
-            return converter(node, importer)
+            return _known_sizes(node, importer, converter(node, importer))
         except Exception as err:
             if not hasattr(err, FAILED_OP):
                 setattr(err, FAILED_OP, name)
             raise
 
     return convert
+
+
+def _known_sizes(node, importer, value):
+    """`value` cast to the sizes that are numbers where Relax has expressions: those that
+    torch.export knows (a size the program asserts, checked at run time by the cast), and those
+    that simplify to one (a mixture of experts' outputs concatenated: u0 + u1 + (16 - u0 - u1)
+    rows, 16, which Relax's concat leaves as it is). Else `value`."""
+    theirs = getattr(node.meta.get("val"), "shape", None)
+    if theirs is None or not isinstance(getattr(value, "ty", None), relax.TensorType) or value.ty.ndim != len(theirs):
+        return value
+    ours = tensor_shape(value) or [None] * len(theirs)  # (None: a shape Relax does not know)
+    if all(isinstance(d, int) for d in ours):
+        return value
+    simplify = tvm.sym.Analyzer().simplify
+    ours_simplified = [d if d is None or isinstance(d, int) else simplify(d) for d in ours]
+    known = [
+        t if type(t) is int else int(o) if isinstance(o, tvm.tirx.IntImm) else o
+        for o, t in zip(ours_simplified, theirs, strict=True)
+    ]
+    if None in known:
+        return value
+    if known == ours:
+        return value
+    return importer.block_builder.match_cast(value, relax.TensorType(known, str(value.ty.dtype)))
 
 
 FAILED_OP = "accel_failed_op"

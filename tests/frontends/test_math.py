@@ -192,3 +192,26 @@ def test_result_whose_size_depends_on_the_data_matches_pytorch(fn):
     for x in (X, torch.randn(3, 5), -X.abs()):
         (ours,) = run_outputs(executable, x.numpy())
         np.testing.assert_array_equal(ours, fn(x).numpy())
+
+
+class Experts(nn.Module):
+    """A mixture of experts' dispatch: the rows split by counts that the data gives."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x, counts):
+        parts = x.split(counts.tolist())
+        return torch.cat([expert(part) for expert, part in zip(self.experts, parts, strict=True)]) * 2
+
+
+def test_split_by_sizes_the_data_gives_matches_pytorch_and_checks_their_sum():
+    model, x = Experts().eval(), torch.randn(10, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x, torch.tensor([3, 3, 4]))))
+    for counts in ([3, 3, 4], [0, 0, 10], [5, 5, 0]):
+        (ours,) = run_outputs(executable, x.numpy(), np.array(counts))
+        np.testing.assert_allclose(ours, model(x, torch.tensor(counts)).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception, match="match_cast"):  # PyTorch: "expects split_sizes to sum exactly to 10"
+        run_outputs(executable, x.numpy(), np.array([3, 3, 3]))
