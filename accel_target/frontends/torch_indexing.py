@@ -17,7 +17,7 @@ import operator
 import numpy as np
 from tvm import relax, tirx
 
-from strategy.layout import tensor_shape
+from strategy.layout import array_constant, tensor_shape
 
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
@@ -128,6 +128,58 @@ def index_put(node, importer) -> relax.Expr:
         "add" if _arg(node, 3, "accumulate", False) else "update",
     )
     return bb.emit(relax.op.permute_dims(scattered, [order.index(a) for a in range(rank)]))
+
+
+def as_strided(node, importer) -> relax.Expr:
+    """aten.as_strided(x, size, stride, storage_offset=0) with static sizes and strides
+    (Longformer's overlapping chunks): the elements of x's storage at offset + sum(i_k *
+    stride_k), one take. x's storage is x with its axes in the order of their strides, where
+    those strides lay it out densely (a contiguous tensor, a transposed one). Strides of a
+    contiguous view are TVM's converter's (a reshape)."""
+    size, stride = list(node.args[1]), list(node.args[2])
+    offset = _arg(node, 3, "storage_offset", 0) or 0
+    source = node.args[0].meta.get("val")
+    static = all(isinstance(v, int) for v in [*size, *stride, offset])
+    if static and offset == 0 and stride == _contiguous_strides(size) and source is not None and source.is_contiguous():
+        return theirs(node, importer)
+    order = _storage_order(source) if static and source is not None else None
+    name = node.target.__name__
+    if order is None:
+        raise NotImplementedError(
+            f"accel: {name} with size {size}, stride {stride}, offset {offset} of "
+            f"{'a tensor that does not fill its storage' if static else 'symbolic extents'}; supported: "
+            "static sizes and strides over a tensor whose strides lay it out densely"
+        )
+    index = offset - source.storage_offset()
+    for axis, (n, step) in enumerate(zip(size, stride, strict=True)):
+        index = index + np.arange(n, dtype="int64").reshape([-1 if a == axis else 1 for a in range(len(size))]) * step
+    total = math.prod(source.shape)
+    index = np.broadcast_to(np.asarray(index, dtype="int64"), size)
+    if index.size and (index.min() < 0 or index.max() >= total):
+        raise ValueError(f"accel: {name} reads storage element {index.max()} of a tensor of {total} elements")
+    bb, x = importer.block_builder, importer.env[node.args[0]]
+    if order != list(range(len(order))):
+        x = bb.emit(relax.op.permute_dims(x, order))
+    flat = bb.emit(relax.op.reshape(x, [total]))
+    # "clip": every index is inside by the check above (checked_indexing leaves the take)
+    return bb.emit(relax.op.take(flat, array_constant(np.ascontiguousarray(index)), axis=0, mode="clip"))
+
+
+def _storage_order(tensor) -> list[int] | None:
+    """The axes of `tensor` (a fake tensor of static shape) from the largest stride to the
+    smallest, where its strides in that order are a contiguous tensor's (it fills its storage
+    from its offset on); else None."""
+    shape, strides = list(tensor.shape), list(tensor.stride())
+    if not all(isinstance(v, int) for v in [*shape, *strides]):
+        return None
+    order = sorted(range(len(shape)), key=lambda a: -strides[a])
+    dense = _contiguous_strides([shape[a] for a in order])
+    ok = all(shape[a] == 1 or strides[a] == expected for a, expected in zip(order, dense, strict=True))
+    return order if ok else None
+
+
+def _contiguous_strides(size: list[int]) -> list[int]:
+    return [math.prod(size[k + 1 :]) for k in range(len(size))]
 
 
 def _broadcast(shapes: list[list]) -> list:
@@ -314,5 +366,6 @@ CONVERTERS: dict[str, Converter] = {
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,
     "nonzero.default": nonzero,
+    "as_strided.default": as_strided,
     "masked_select.default": masked_select,
 }

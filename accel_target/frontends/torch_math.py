@@ -1,7 +1,7 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim), cumulative ops (logcumsumexp, cummax, cummin)
-and cdist. Those that read or write at indices are in torch_indexing.py.
+std_mean with a correction, prod along a dim, any and all), cumulative ops (logcumsumexp,
+cummax, cummin) and cdist. Those that read or write at indices are in torch_indexing.py.
 """
 
 from __future__ import annotations
@@ -221,6 +221,23 @@ def _cumulative_extremum(largest: bool) -> Converter:
     return convert
 
 
+def _truth(reduce) -> Converter:
+    """aten.any / aten.all (.default, .dim, .dims): whether any / every element along the dims
+    is nonzero (NaN is), a bool tensor. TVM's converter has no .default and gives any.dim the
+    maximum of the values themselves, in their dtype (any of [-1.0, 0.0]: 0.0, false)."""
+
+    def convert(node, importer) -> relax.Expr:
+        x = importer.env[node.args[0]]
+        dims = _arg(node, 1, "dim", None)
+        dims = None if dims is None else [int(d) for d in dims] if isinstance(dims, (list, tuple)) else [int(dims)]
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        nonzero = relax.op.not_equal(x, relax.const(0, str(x.ty.dtype))) if str(x.ty.dtype) != "bool" else x
+        found = reduce(relax.op.astype(nonzero, "int8"), dims or None, keepdim)
+        return importer.block_builder.emit(relax.op.astype(found, "bool"))
+
+    return convert
+
+
 CONVERTERS: dict[str, Converter] = {
     "fmax.default": promoting(_nan_ignoring(relax.op.maximum)),
     "fmin.default": promoting(_nan_ignoring(relax.op.minimum)),
@@ -238,4 +255,6 @@ CONVERTERS: dict[str, Converter] = {
     "logcumsumexp.default": logcumsumexp,
     "cummax.default": _cumulative_extremum(largest=True),
     "cummin.default": _cumulative_extremum(largest=False),
+    **{f"any.{v}": _truth(relax.op.max) for v in ("default", "dim", "dims")},
+    **{f"all.{v}": _truth(relax.op.min) for v in ("default", "dim", "dims")},
 }

@@ -57,6 +57,16 @@ CASES = [
     ("var_mean-one-element", lambda a: torch.var_mean(a[:, :1], 1), (X,)),  # 0 / 0: NaN
     ("prod-dim", lambda a: torch.prod(a, 1), (X,)),
     ("prod-dim-int", lambda a: torch.prod(a % 5, 0, keepdim=True), (INTS,)),  # in int64
+    # nonzero counts, NaN too; TVM's any.dim gave the largest value
+    ("any", torch.any, (EDGE_A,)),
+    ("any-dim", lambda a: torch.any(a - a.abs(), dim=0), (X,)),
+    ("any-dims-keepdim", lambda a: torch.any(a > 1, dim=(0, 1), keepdim=True), (X,)),
+    ("all", lambda a: torch.all(a.reshape(3, 3), dim=1), (EDGE_A,)),
+    ("all-int", lambda a: torch.all(a % 3, dim=1), (INTS,)),
+    # any strides over a contiguous tensor (TVM's converter: only a contiguous view's)
+    ("as_strided-overlapping", lambda a: a.as_strided((2, 2, 5), (5, 5, 1)) * 1, (X,)),
+    ("as_strided-offset-transposed", lambda a: a.as_strided((4, 3), (1, 4), 2) * 1, (X,)),
+    ("as_strided-of-a-transpose", lambda a: a.t().as_strided((3, 4), (4, 1), 1) * 1, (X,)),
     ("scatter_add", lambda a: torch.zeros(3, 5).scatter_add(1, INDEX, a), (X,)),
     ("scatter_add-part", lambda a: torch.zeros(4, 6).scatter_add(0, INDEX[:2, :3], a), (X,)),
     ("scatter_reduce-amax", lambda a: torch.ones(3, 5).scatter_reduce(1, INDEX, a, "amax"), (X,)),
@@ -117,6 +127,7 @@ def test_op_matches_pytorch(fn, inputs):
         (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "mean"), "scatter_reduce.two with reduce='mean'"),
         (lambda a: torch.zeros(3, 5).scatter_reduce(1, INDEX, a, "sum", include_self=False), "include_self=False"),
         (lambda a: _put(torch.stack([a, a]), (torch.tensor([0]), slice(None), torch.tensor([2])), 1.0), "not adjacent"),
+        (lambda a: a[:, ::2].as_strided((2, 2), (1, 2)) * 1, "as_strided.default .* does not fill its storage"),
     ],
 )
 def test_unsupported_variants_are_refused_by_name(fn, words):
