@@ -46,7 +46,13 @@ from topi_accel.tir_passes.ranges import split_ranges
 from topi_accel.tir_passes.stacktiles import stack_register_tiles
 
 from .declines import attempt, decline, keep, provisional_declines
-from .passes.constants import BindConstantSizes, EmptyConstantsAtRunTime, ShareConstants, ZeroConstants
+from .passes.constants import (
+    BindConstantSizes,
+    EmptyConstantsAtRunTime,
+    NonFiniteFills,
+    ShareConstants,
+    ZeroConstants,
+)
 from .passes.fast_math import FastMath
 from .passes.fold_numpy import FoldConstantNumpy
 from .passes.fold_subgraphs import fold_constant_subgraphs, fold_what_is_left
@@ -244,6 +250,7 @@ def legalize_passes() -> list[tvm.transform.Pass]:
         *cpu_generic.pipeline.library_dispatch_passes(None),  # sort, scan first
         contained(fold_views),  # batch matmuls with their operands' views (passes/fold_views.py)
         ZeroConstants(),  # x * 0.0 and x / 0.0 as IEEE 754 computes them; x // 0 of integers an error
+        NonFiniteFills(),  # full(shape, -inf), which TVM's legalization stops on
         relax.transform.LegalizeOps(),
         contained(ShareConstants()),  # a weight packed once per call that reads it is one weight
     ]

@@ -1,6 +1,7 @@
 """Passes about constants: ShareConstants (equal tensor constants become one),
 EmptyConstantsAtRunTime (a constant of no element made by a kernel), BindConstantSizes (shape
-variables known at compile time become numbers), ZeroConstants (arithmetic with a constant zero)."""
+variables known at compile time become numbers), ZeroConstants (arithmetic with a constant zero),
+NonFiniteFills (tensors filled with an infinity or NaN)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,30 @@ class ZeroConstants:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return rewrite_functions(_ZeroRewriter, mod)
+
+
+@mutator
+class _FillRewriter(PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        name = op_name(call)
+        if name not in ("relax.full", "relax.full_like") or not isinstance(call.args[1], tvm.ir.expr.Constant):
+            return call
+        value = call.args[1].value.numpy()
+        if np.all(np.isfinite(value)):
+            return call
+        shape = call.args[0] if name == "relax.full" else call.args[0].ty.shape
+        if shape is None:
+            return call
+        return relax.op.broadcast_to(relax.op.astype(call.args[1], str(call.ty.dtype)), shape)
+
+
+@tvm.transform.module_pass(opt_level=0, name="NonFiniteFills")
+class NonFiniteFills:
+    """full / full_like of an infinity or NaN (``torch.full((n, n), -inf)``, an attention
+    mask of a symbolic size) as that scalar broadcast: TVM 0.27's legalization of full stops
+    on it (topi.full checks the fill against the dtype as a string, and it is a PrimType).
+    Before LegalizeOps."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(_FillRewriter, mod)

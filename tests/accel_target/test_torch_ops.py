@@ -321,3 +321,22 @@ def test_integer_division_by_a_constant_zero_is_an_error():
     mod = accel_target.from_torch(_IntegerByZero(), (torch.tensor([3, 4]),))
     with pytest.raises(ValueError, match=r"floor_divide: divides int64 values by the constant 0.*ZeroDivisionError"):
         accel_target.build(mod)
+
+
+class _NonFiniteFills(torch.nn.Module):
+    def forward(self, x):
+        rows = x.shape[0]
+        mask = torch.full((rows, rows), float("-inf")).triu(1)  # a causal mask of a symbolic size
+        return mask @ torch.ones(rows, 1) + x.new_full((rows, 1), float("nan")) * 0, torch.full_like(x, float("inf"))
+
+
+def test_fills_with_an_infinity_or_nan_of_a_symbolic_size():
+    """torch.full of -inf, NaN or inf that is not folded (its size symbolic): TVM's legalization
+    of full stopped the build ("argument of type 'PrimType' is not iterable")."""
+    x = torch.randn(4, 3)
+    mod = accel_target.from_torch(_NonFiniteFills(), (x,), dynamic_shapes=({0: torch.export.Dim("rows", min=2)},))
+    executable = accel_target.build(mod)
+    for rows in (2, 5):
+        x = torch.randn(rows, 3)
+        for ours, theirs in zip(run_outputs(executable, x.numpy()), _NonFiniteFills()(x), strict=True):
+            np.testing.assert_array_equal(ours, theirs.numpy())
