@@ -29,8 +29,9 @@ Weights are folded at compile time but dynamo does not guard their values: it ca
 with the weights of every instance of a module (each layer, where graph breaks cut the model at
 its layers). Each set of weight tensors gets a build of its own, on the first call with it
 (`_WeightSets`); a set changed in place since (``load_state_dict``, an optimizer step) runs in
-PyTorch from then on, with a warning to call ``torch.compiler.reset()``. accel is inference only: a graph traced
-with grad mode on and an input or parameter that requires grad runs in PyTorch.
+PyTorch from then on, with a warning to call ``torch.compiler.reset()``. accel is inference
+only: a graph traced with grad mode on and an input or parameter that requires grad runs in
+PyTorch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Converters of aten ops that read or write at indices and that TVM's importer lacks, written
 with Relax ops as PyTorch defines them: scatter_add / scatter_reduce, index_put on fewer axes
-than the tensor has or by a mask of one value, searchsorted, EmbeddingBag, and the ops whose
-result's size depends on the data (nonzero, masked_select; x[mask] in torch_ops.index_tensor).
-Their indices are checked like every indexing op's (accel_target/passes/indexing.py).
+than the tensor has or by a boolean mask, searchsorted, EmbeddingBag, as_strided, and the ops
+whose result's size depends on the data (nonzero, masked_select; x[mask] in
+torch_ops.index_tensor). Their indices are checked like every indexing op's
+(accel_target/passes/indexing.py).
 
 A size that depends on the data is torch.export's unbacked symbol (``u0``): here one shape
 variable per symbol, bound where the positions are found (Relax's ``nonzero``, which the VM runs
@@ -65,8 +66,7 @@ def searchsorted(node, importer) -> relax.Expr:
 
 def _masked_put(node, importer, x, given: dict, values) -> relax.Expr:
     """x[mask] = v of one value (``x[x < 0] = 0``, ``scores[mask] = -inf``): where(mask, v, x),
-    or x + where(mask, v, 0) accumulating, where the mask is on x's leading axes; else at the
-    mask's positions as index tensors."""
+    or x + where(mask, v, 0) accumulating, where the mask is on x's leading axes; else None."""
     shape = tensor_shape(x)
     mask = given.get(0)
     mask_shape = None if mask is None or len(given) != 1 else tensor_shape(mask)
@@ -87,13 +87,16 @@ def index_put(node, importer) -> relax.Expr:
     fewer axes than x has (``x[idx] = v`` of a matrix, ``x[:, idx] = v``: None for the axes
     taken whole), adjacent ones: a scatter_nd of x with those axes first, at the broadcast
     indices (negative ones counted back), of the values broadcast as PyTorch does. TVM's
-    converter takes an index for every axis and serves that case. A boolean mask: `_masked_put`."""
+    converter takes an index for every axis and serves that case. A boolean mask: `_masked_put`
+    of one value, else the positions of its true elements (`index_tensors`)."""
     x, values = importer.env[node.args[0]], importer.env[node.args[2]]
     given = {axis: importer.env[i] for axis, i in enumerate(node.args[1]) if i is not None}
     shape, rank = tensor_shape(x), len(x.ty.shape)
     if any(str(i.ty.dtype) == "bool" for i in given.values()):
-        put = _masked_put(node, importer, x, given, values) if math.prod(tensor_shape(values)) == 1 else None
-        if put is not None:
+        sizes = tensor_shape(values)
+        one_value = all(isinstance(d, int) for d in sizes) and math.prod(sizes) == 1
+        put = _masked_put(node, importer, x, given, values) if one_value else None
+        if put is not None:  # else at the mask's positions, as index tensors
             return put
         axes, indices, _ = index_tensors(node, importer, "index_put (x[mask] = values)", values_node=node.args[2])
         given = dict(zip(axes, indices, strict=True))

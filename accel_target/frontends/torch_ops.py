@@ -412,17 +412,22 @@ def _known_sizes(node, importer, value):
     ours = tensor_shape(value) or [None] * len(theirs)  # (None: a shape Relax does not know)
     if all(isinstance(d, int) for d in ours):
         return value
-    simplify = tvm.sym.Analyzer().simplify
-    ours_simplified = [d if d is None or isinstance(d, int) else simplify(d) for d in ours]
-    known = [
-        t if type(t) is int else int(o) if isinstance(o, tvm.tirx.IntImm) else o
-        for o, t in zip(ours_simplified, theirs, strict=True)
-    ]
-    if None in known:
-        return value
-    if known == ours:
+    analyzer = tvm.sym.Analyzer()
+    known = [_number(o, t, analyzer) for o, t in zip(ours, theirs, strict=True)]
+    changed = [k is not o and not (isinstance(o, int) and k == o) for k, o in zip(known, ours, strict=True)]
+    if not any(changed) or any(k is None for k in known):
         return value
     return importer.block_builder.match_cast(value, relax.TensorType(known, str(value.ty.dtype)))
+
+
+def _number(ours, theirs, analyzer):
+    """A size as an int where torch.export's is one or ours simplifies to one, else ours."""
+    if type(theirs) is int:
+        return theirs
+    if ours is None or isinstance(ours, int):
+        return ours
+    simplified = analyzer.simplify(ours)
+    return int(simplified) if isinstance(simplified, tvm.tirx.IntImm) else ours
 
 
 FAILED_OP = "accel_failed_op"
