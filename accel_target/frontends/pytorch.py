@@ -123,6 +123,13 @@ def from_torch(model, example_inputs, *, dynamic_shapes=None, keep_params_as_inp
     example_inputs = tuple(example_inputs)
     try:
         program = _export(model, example_inputs, dynamic_shapes)
+    except Exception as err:  # torch.export's own limits
+        error = _cannot_import(type(model).__name__, err)
+        if "data-dependent" in str(error):  # Python control flow on a tensor's values
+            hint = '; torch.compile(model, backend="accel") runs such code, with graph breaks where it must'
+            error = UnsupportedModelError(f"{error}{hint}")
+        raise error from err
+    try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             mod = import_program(program, keep_params_as_input=keep_params_as_input)
