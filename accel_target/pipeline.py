@@ -49,7 +49,7 @@ from .declines import attempt, decline, keep, provisional_declines
 from .passes.constants import (
     BindConstantSizes,
     EmptyConstantsAtRunTime,
-    NonFiniteFills,
+    NaNSafe,
     ShareConstants,
     ZeroConstants,
 )
@@ -250,7 +250,7 @@ def legalize_passes() -> list[tvm.transform.Pass]:
         *cpu_generic.pipeline.library_dispatch_passes(None),  # sort, scan first
         contained(fold_views),  # batch matmuls with their operands' views (passes/fold_views.py)
         ZeroConstants(),  # x * 0.0 and x / 0.0 as IEEE 754 computes them; x // 0 of integers an error
-        NonFiniteFills(),  # full(shape, -inf), which TVM's legalization stops on
+        NaNSafe(),  # x != x of NaN, full(shape, -inf): what TVM gets wrong or stops on
         relax.transform.LegalizeOps(),
         contained(ShareConstants()),  # a weight packed once per call that reads it is one weight
     ]

@@ -19,7 +19,7 @@ In pipeline order (accel_target.pipeline: graph_passes, legalize_passes, kernel_
     microbatch            MicroBatch: a batch's leading layers run one sample at a time
     fold_views            FoldViews: batch matmuls read their operands' layout ops in place (before LegalizeOps)
     constants             ZeroConstants: x * 0.0, x / 0.0 as IEEE 754 computes them (before LegalizeOps)
-    constants             NonFiniteFills: full of an infinity or NaN as a broadcast (before LegalizeOps)
+    constants             NaNSafe: x != x of NaN, full of an infinity as TVM cannot get wrong (before LegalizeOps)
     constants             ShareConstants: equal tensor constants become one (after LegalizeOps)
     constants             EmptyConstantsAtRunTime: a constant of no element made by a kernel
     inplace               WriteInPlace: a kernel writes its output over a residual that dies with it

@@ -1,7 +1,7 @@
 """Passes about constants: ShareConstants (equal tensor constants become one),
 EmptyConstantsAtRunTime (a constant of no element made by a kernel), BindConstantSizes (shape
 variables known at compile time become numbers), ZeroConstants (arithmetic with a constant zero),
-NonFiniteFills (tensors filled with an infinity or NaN)."""
+NaNSafe (comparisons and fills that TVM gets wrong for NaN and infinities)."""
 
 from __future__ import annotations
 
@@ -186,15 +186,24 @@ class ZeroConstants:
         return rewrite_functions(_ZeroRewriter, mod)
 
 
+def _unequal(x: relax.Expr, y: relax.Expr) -> relax.Expr:
+    """x != y of floats as IEEE 754 defines it, ordered one way or the other or unordered (a
+    NaN): written so, TVM's simplifier cannot take x != x for false."""
+    ordered = relax.op.logical_or(relax.op.less(x, y), relax.op.greater(x, y))
+    return relax.op.logical_or(ordered, relax.op.logical_or(relax.op.isnan(x), relax.op.isnan(y)))
+
+
 @mutator
-class _FillRewriter(PyExprMutator):
+class _NaNRewriter(PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         name = op_name(call)
+        if name in ("relax.equal", "relax.not_equal") and all(is_floating(a) for a in call.args[:2]):
+            unequal = _unequal(*call.args[:2])
+            return unequal if name == "relax.not_equal" else relax.op.logical_not(unequal)
         if name not in ("relax.full", "relax.full_like") or not isinstance(call.args[1], tvm.ir.expr.Constant):
             return call
-        value = call.args[1].value.numpy()
-        if np.all(np.isfinite(value)):
+        if np.all(np.isfinite(call.args[1].value.numpy())):
             return call
         shape = call.args[0] if name == "relax.full" else call.args[0].ty.shape
         if shape is None:
@@ -202,12 +211,19 @@ class _FillRewriter(PyExprMutator):
         return relax.op.broadcast_to(relax.op.astype(call.args[1], str(call.ty.dtype)), shape)
 
 
-@tvm.transform.module_pass(opt_level=0, name="NonFiniteFills")
-class NonFiniteFills:
-    """full / full_like of an infinity or NaN (``torch.full((n, n), -inf)``, an attention
-    mask of a symbolic size) as that scalar broadcast: TVM 0.27's legalization of full stops
-    on it (topi.full checks the fill against the dtype as a string, and it is a PrimType).
+@tvm.transform.module_pass(opt_level=0, name="NaNSafe")
+class NaNSafe:
+    """Ops that TVM gets wrong for NaN and infinities, written so that it cannot.
+
+    - x == y and x != y of floats: TVM's simplifier takes x != x for false, also where the two
+      operands are two equal expressions of a fused kernel, which NaN is not (``x != x`` is how
+      PyTorch's own nanmean finds NaN: it divided by every element, NaN included). Written as
+      (x < y or x > y or either is NaN).
+    - full / full_like of an infinity or NaN that is not folded (``torch.full((n, n), -inf)``,
+      an attention mask of a symbolic size) as that scalar broadcast: TVM 0.27's legalization
+      of full stops on it (topi.full checks the fill against the dtype as a string, and it is a
+      PrimType).
     Before LegalizeOps."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(_FillRewriter, mod)
+        return rewrite_functions(_NaNRewriter, mod)

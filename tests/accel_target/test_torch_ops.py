@@ -340,3 +340,18 @@ def test_fills_with_an_infinity_or_nan_of_a_symbolic_size():
         x = torch.randn(rows, 3)
         for ours, theirs in zip(run_outputs(executable, x.numpy()), _NonFiniteFills()(x), strict=True):
             np.testing.assert_array_equal(ours, theirs.numpy())
+
+
+class _SameOperands(torch.nn.Module):
+    def forward(self, x):
+        y = x + 1
+        return x != x, (x + 1) != y, torch.logical_not(x == x), torch.nanmean(x, 1), torch.isnan(x) == (x != x)
+
+
+def test_comparisons_of_an_operand_with_itself_see_nan():
+    """x != x is how PyTorch finds NaN (its nanmean too); TVM's simplifier took it for false,
+    also of two equal expressions in one kernel, and nanmean divided by every element."""
+    x = torch.tensor([[0.0, np.nan, 1.0, -np.inf, np.inf, -0.0], [1.0, 2.0, np.nan, np.nan, 3.0, 4.0]])
+    executable = accel_target.build(accel_target.from_torch(_SameOperands(), (x,)))
+    for ours, theirs in zip(run_outputs(executable, x.numpy()), _SameOperands()(x), strict=True):
+        np.testing.assert_array_equal(ours, theirs.numpy())
