@@ -1,7 +1,8 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
 std_mean with a correction, prod along a dim, any and all), cumulative ops (logcumsumexp,
-cummax, cummin) and cdist. Those that read or write at indices are in torch_indexing.py.
+cummax, cummin), cdist, and sort / argsort / topk of floats in PyTorch's order (NaN the
+largest). Those that read or write at indices are in torch_indexing.py.
 """
 
 from __future__ import annotations
@@ -221,6 +222,55 @@ def _cumulative_extremum(largest: bool) -> Converter:
     return convert
 
 
+_BITS = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
+
+
+def _order_key_te(x: te.Tensor) -> te.Tensor:
+    """Integers in the order PyTorch sorts floats: -0.0 equal to 0.0, every NaN equal and above
+    +inf (the bits of a float read as an integer, negatives' magnitude bits flipped)."""
+    bits = _BITS[str(x.dtype)]
+    largest = tirx.max_value(bits)
+
+    def key(*i):
+        value = x(*i)
+        word = tirx.reinterpret(bits, tirx.Select(value == tirx.const(0, x.dtype), tirx.const(0, x.dtype), value))
+        flipped = tirx.Select(word < 0, tirx.bitwise_xor(word, largest), word)
+        return tirx.Select(tirx.isnan(value), largest, flipped)
+
+    return te.compute(x.shape, key, name="order_key")
+
+
+def _order_key(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
+    return bb.emit_te(_order_key_te, x, primfunc_name_hint="order_key")
+
+
+def _sorting(kind: str) -> Converter:
+    """aten.sort / argsort (.default, .stable) and topk of floats in PyTorch's order: TVM's
+    kernels compare the floats themselves, so a NaN fell anywhere (topk of [0, nan, 1, -1, 2, 3]
+    gave [nan, 0.0] for [nan, 3.0]). The order of their keys (`_order_key_te`), the values read
+    back at it; integers are their own keys. topk with sorted=False (DeepSeek's router) is
+    computed sorted: PyTorch leaves the order unspecified then, and sorted is one such order
+    (TVM's converter refuses it)."""
+
+    def convert(node, importer) -> relax.Expr:
+        x, bb = importer.env[node.args[0]], importer.block_builder
+        key = _order_key(bb, x) if str(x.ty.dtype) in _BITS else x
+        if kind == "topk":
+            k, dim = int(_arg(node, 1, "k", 1)), int(_arg(node, 2, "dim", -1))
+            largest = bool(_arg(node, 3, "largest", True))
+            indices = bb.emit(relax.op.topk(key, k=k, axis=dim, largest=largest, ret_type="indices", dtype="int64"))
+        else:
+            stable = node.target.__name__.endswith("stable")  # (its dim and descending are keywords)
+            dim = int(node.kwargs.get("dim", -1) if stable else _arg(node, 1, "dim", -1))
+            descending = bool(node.kwargs.get("descending", False) if stable else _arg(node, 2, "descending", False))
+            indices = bb.emit(relax.op.argsort(key, axis=dim, descending=descending, dtype="int64"))
+        if kind == "argsort":
+            return indices
+        return bb.emit(relax.Tuple([bb.emit(relax.op.gather_elements(x, indices, axis=dim)), indices]))
+
+    return convert
+
+
 def _truth(reduce) -> Converter:
     """aten.any / aten.all (.default, .dim, .dims): whether any / every element along the dims
     is nonzero (NaN is), a bool tensor. TVM's converter has no .default and gives any.dim the
@@ -255,6 +305,9 @@ CONVERTERS: dict[str, Converter] = {
     "logcumsumexp.default": logcumsumexp,
     "cummax.default": _cumulative_extremum(largest=True),
     "cummin.default": _cumulative_extremum(largest=False),
+    **{f"sort.{v}": _sorting("sort") for v in ("default", "stable")},
+    **{f"argsort.{v}": _sorting("argsort") for v in ("default", "stable")},
+    "topk.default": _sorting("topk"),
     **{f"any.{v}": _truth(relax.op.max) for v in ("default", "dim", "dims")},
     **{f"all.{v}": _truth(relax.op.min) for v in ("default", "dim", "dims")},
 }

@@ -222,15 +222,6 @@ def split_with_sizes(node, importer) -> relax.Expr:
     return bb.emit(relax.Tuple(pieces))
 
 
-def topk(node, importer) -> relax.Expr:
-    """aten.topk(x, k, dim=-1, largest=True, sorted=True), `sorted` False too (DeepSeek's
-    router), computed sorted: PyTorch leaves the order unspecified then, and sorted is one
-    such order. TVM's converter refuses unsorted top-k."""
-    x, k = importer.env[node.args[0]], int(_scalar(node, 1, "k", 1))
-    dim, largest = int(_scalar(node, 2, "dim", -1)), bool(_scalar(node, 3, "largest", True))
-    return importer.block_builder.emit(relax.op.topk(x, k=k, axis=dim, largest=largest, ret_type="both", dtype="int64"))
-
-
 def _sym_expr(value):
     """A slice bound (an fx node of a symbolic size, an int, None) as a sympy expression."""
     import sympy
@@ -354,7 +345,6 @@ CONVERTERS: dict[str, Converter] = {
     "unfold.default": unfold,
     "amax.default": _extremum(relax.op.max),
     "amin.default": _extremum(relax.op.min),
-    "topk.default": topk,
     "split_with_sizes.default": split_with_sizes,
     "max.dim": _extremum_dim(relax.op.max, relax.op.argmax),
     "min.dim": _extremum_dim(relax.op.min, relax.op.argmin),

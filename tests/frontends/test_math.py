@@ -33,6 +33,7 @@ EDGE_A = torch.tensor([1.0, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 3e30, np.n
 EDGE_B = torch.tensor([np.nan, 0.0, -0.0, -1.0, 2.0, np.nan, 1.0, 4e30, np.nan])
 INTS, SHIFTS = torch.randint(-1000, 1000, (4, 6)), torch.randint(-3, 70, (4, 6))
 SCAN_EDGES = torch.tensor([-np.inf, -np.inf, 1.0, -np.inf, 1000.0, 1000.0, np.nan, 2.0])
+UNORDERED = torch.tensor([[0.0, np.nan, 1.0, -1.0, np.inf, 3.0], [np.inf, np.nan, -np.inf, 0.0, -0.0, np.nan]])
 INDEX = torch.tensor([[0, 2, 1, 0, 2], [1, 1, 0, 2, 2], [2, 0, 0, 1, 1]])
 
 # (id, function, inputs): exact where PyTorch's result is (NaN where it is NaN)
@@ -57,6 +58,12 @@ CASES = [
     ("var_mean-one-element", lambda a: torch.var_mean(a[:, :1], 1), (X,)),  # 0 / 0: NaN
     ("prod-dim", lambda a: torch.prod(a, 1), (X,)),
     ("prod-dim-int", lambda a: torch.prod(a % 5, 0, keepdim=True), (INTS,)),  # in int64
+    # NaN sorts above +inf (TVM's kernels compared the floats: a NaN fell anywhere); -0.0 equals 0.0
+    ("sort-nan", lambda a: torch.sort(a, 1), (UNORDERED,)),
+    ("sort-descending-stable", lambda a: torch.sort(a, dim=1, descending=True, stable=True), (UNORDERED,)),
+    ("argsort-stable", lambda a: torch.argsort(a, dim=1, stable=True), (UNORDERED,)),
+    ("topk-nan", lambda a: torch.topk(a, 3, 1), (UNORDERED,)),
+    ("topk-smallest", lambda a: torch.topk(a[:1], 2, 1, largest=False), (UNORDERED,)),  # (a tie: either)
     # nonzero counts, NaN too; TVM's any.dim gave the largest value
     ("any", torch.any, (EDGE_A,)),
     ("any-dim", lambda a: torch.any(a - a.abs(), dim=0), (X,)),
