@@ -1,8 +1,8 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
 them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
 std_mean with a correction, prod along a dim, any and all), cumulative ops (logcumsumexp,
-cummax, cummin), cdist, and sort / argsort / topk of floats in PyTorch's order (NaN the
-largest). Those that read or write at indices are in torch_indexing.py.
+cummax, cummin), cdist, and sort / argsort / topk / kthvalue of floats in PyTorch's order (NaN
+the largest). Those that read or write at indices are in torch_indexing.py.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def _order_key(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
 
 
 def _sorting(kind: str) -> Converter:
-    """aten.sort / argsort (.default, .stable) and topk of floats in PyTorch's order: TVM's
+    """aten.sort / argsort (.default, .stable), topk and kthvalue of floats in PyTorch's order: TVM's
     kernels compare the floats themselves, so a NaN fell anywhere (topk of [0, nan, 1, -1, 2, 3]
     gave [nan, 0.0] for [nan, 3.0]). The order of their keys (`_order_key_te`), the values read
     back at it; integers are their own keys. topk with sorted=False (DeepSeek's router) is
@@ -255,6 +255,14 @@ def _sorting(kind: str) -> Converter:
     def convert(node, importer) -> relax.Expr:
         x, bb = importer.env[node.args[0]], importer.block_builder
         key = _order_key(bb, x) if str(x.ty.dtype) in _BITS else x
+        if kind == "kthvalue":  # (x, k, dim=-1, keepdim=False): the k-th smallest and its index
+            k, dim, keepdim = int(node.args[1]), int(_arg(node, 2, "dim", -1)), bool(_arg(node, 3, "keepdim", False))
+            order = bb.emit(relax.op.argsort(key, axis=dim, dtype="int64"))
+            kth = bb.emit(relax.op.take(order, relax.const([k - 1], "int64"), axis=dim))
+            values = bb.emit(relax.op.gather_elements(x, kth, axis=dim))
+            if not keepdim:
+                values, kth = (bb.emit(relax.op.squeeze(v, [dim])) for v in (values, kth))
+            return bb.emit(relax.Tuple([values, kth]))
         if kind == "topk":
             k, dim = int(_arg(node, 1, "k", 1)), int(_arg(node, 2, "dim", -1))
             largest = bool(_arg(node, 3, "largest", True))
@@ -308,6 +316,7 @@ CONVERTERS: dict[str, Converter] = {
     **{f"sort.{v}": _sorting("sort") for v in ("default", "stable")},
     **{f"argsort.{v}": _sorting("argsort") for v in ("default", "stable")},
     "topk.default": _sorting("topk"),
+    "kthvalue.default": _sorting("kthvalue"),
     **{f"any.{v}": _truth(relax.op.max) for v in ("default", "dim", "dims")},
     **{f"all.{v}": _truth(relax.op.min) for v in ("default", "dim", "dims")},
 }

@@ -63,6 +63,8 @@ CASES = [
     ("sort-descending-stable", lambda a: torch.sort(a, dim=1, descending=True, stable=True), (UNORDERED,)),
     ("argsort-stable", lambda a: torch.argsort(a, dim=1, stable=True), (UNORDERED,)),
     ("topk-nan", lambda a: torch.topk(a, 3, 1), (UNORDERED,)),
+    ("kthvalue", lambda a: torch.kthvalue(a, 2, 1), (X,)),
+    ("kthvalue-nan-keepdim", lambda a: torch.kthvalue(a[:1], 5, 1, keepdim=True), (UNORDERED,)),
     ("topk-smallest", lambda a: torch.topk(a[:1], 2, 1, largest=False), (UNORDERED,)),  # (a tie: either)
     # nonzero counts, NaN too; TVM's any.dim gave the largest value
     ("any", torch.any, (EDGE_A,)),
