@@ -80,18 +80,6 @@ def test_program_that_mutates_is_refused(model, what):
         accel_target.from_torch(model, (torch.randn(2, 3),))
 
 
-class BranchOnValues(nn.Module):
-    def forward(self, x):
-        return x * 2 if x.sum() > 0 else x - 1
-
-
-def test_control_flow_on_values_is_refused_pointing_at_torch_compile():
-    """torch.export cannot trace Python control flow on a tensor's values; the error says so and
-    names the way in that runs it (tests/frontends/test_dynamo.py: graph breaks)."""
-    with pytest.raises(UnsupportedModelError, match=r"data-dependent .*torch\.compile\(model, backend=\"accel\"\)"):
-        accel_target.from_torch(BranchOnValues(), (torch.randn(3),))
-
-
 def test_training_mode_batch_norm_is_refused_by_import_program():
     """import_program itself refuses (torch.compile's backend reaches it without from_torch)."""
     with torch.no_grad():
