@@ -231,11 +231,18 @@ def index_tensors(node, importer, op: str, values_node=None) -> tuple[list[int],
     return axes, indices, checked
 
 
+def _size_variable(importer, name: str) -> tirx.Var:
+    """The shape variable `name` of this import (made on first use)."""
+    sizes = importer.__dict__.setdefault("_accel_data_sizes", {})
+    if name not in sizes:
+        sizes[name] = tirx.Var(name, "int64")
+    return sizes[name]
+
+
 def _new_size(importer, node) -> tirx.Var:
     """A shape variable of its own for a size that depends on the data and that no value of the
     program has (a mask's count where the values written broadcast)."""
-    sizes = importer.__dict__.setdefault("_accel_data_sizes", {})
-    return sizes.setdefault(f"{node.name}_count", tirx.Var(f"{node.name}_count", "int64"))
+    return _size_variable(importer, f"{node.name}_count")
 
 
 def data_dependent_size(importer, node, axis: int):
@@ -244,10 +251,8 @@ def data_dependent_size(importer, node, axis: int):
     size = node.meta["val"].shape[axis]
     if isinstance(size, int):
         return size
-    sizes = importer.__dict__.setdefault("_accel_data_sizes", {})
     name = str(size) if size.node.expr.is_Symbol else f"{node.name}_size{axis}"
-    name = _asserted_equal(importer, node.graph).get(name, name)
-    return sizes.setdefault(name, tirx.Var(name, "int64"))
+    return _size_variable(importer, _asserted_equal(importer, node.graph).get(name, name))
 
 
 def _asserted_equal(importer, graph) -> dict[str, str]:

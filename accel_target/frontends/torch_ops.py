@@ -403,7 +403,9 @@ def _known_sizes(node, importer, value):
     ours = tensor_shape(value) or [None] * len(theirs)  # (None: a shape Relax does not know)
     if all(isinstance(d, int) for d in ours):
         return value
-    analyzer = tvm.sym.Analyzer()
+    if "_accel_analyzer" not in importer.__dict__:  # one per import, not one per node
+        importer._accel_analyzer = tvm.sym.Analyzer()
+    analyzer = importer._accel_analyzer
     known = [_number(o, t, analyzer) for o, t in zip(ours, theirs, strict=True)]
     changed = [k is not o and not (isinstance(o, int) and k == o) for k, o in zip(known, ours, strict=True)]
     if not any(changed) or any(k is None for k in known):
