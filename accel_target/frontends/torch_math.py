@@ -244,39 +244,51 @@ def _order_key(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
     return bb.emit_te(_order_key_te, x, primfunc_name_hint="order_key")
 
 
-def _sorting(kind: str) -> Converter:
-    """aten.sort / argsort (.default, .stable), topk and kthvalue of floats in PyTorch's order: TVM's
-    kernels compare the floats themselves, so a NaN fell anywhere (topk of [0, nan, 1, -1, 2, 3]
-    gave [nan, 0.0] for [nan, 3.0]). The order of their keys (`_order_key_te`), the values read
-    back at it; integers are their own keys. topk with sorted=False (DeepSeek's router) is
-    computed sorted: PyTorch leaves the order unspecified then, and sorted is one such order
-    (TVM's converter refuses it)."""
+def _keyed(node, importer) -> tuple[relax.Expr, relax.Expr, relax.BlockBuilder]:
+    """x, the keys it is ordered by (`_order_key_te` of floats; integers are their own)."""
+    x, bb = importer.env[node.args[0]], importer.block_builder
+    return x, (_order_key(bb, x) if str(x.ty.dtype) in _BITS else x), bb
+
+
+def _sort(indices_only: bool) -> Converter:
+    """aten.sort / argsort (.default, .stable) in PyTorch's order: TVM's kernels compare the
+    floats themselves, so a NaN fell anywhere. The order of the keys, the values read back at it."""
 
     def convert(node, importer) -> relax.Expr:
-        x, bb = importer.env[node.args[0]], importer.block_builder
-        key = _order_key(bb, x) if str(x.ty.dtype) in _BITS else x
-        if kind == "kthvalue":  # (x, k, dim=-1, keepdim=False): the k-th smallest and its index
-            k, dim, keepdim = int(node.args[1]), int(_arg(node, 2, "dim", -1)), bool(_arg(node, 3, "keepdim", False))
-            order = bb.emit(relax.op.argsort(key, axis=dim, dtype="int64"))
-            kth = bb.emit(relax.op.take(order, relax.const([k - 1], "int64"), axis=dim))
-            values = bb.emit(relax.op.gather_elements(x, kth, axis=dim))
-            if not keepdim:
-                values, kth = (bb.emit(relax.op.squeeze(v, [dim])) for v in (values, kth))
-            return bb.emit(relax.Tuple([values, kth]))
-        if kind == "topk":
-            k, dim = int(_arg(node, 1, "k", 1)), int(_arg(node, 2, "dim", -1))
-            largest = bool(_arg(node, 3, "largest", True))
-            indices = bb.emit(relax.op.topk(key, k=k, axis=dim, largest=largest, ret_type="indices", dtype="int64"))
-        else:
-            stable = node.target.__name__.endswith("stable")  # (its dim and descending are keywords)
-            dim = int(node.kwargs.get("dim", -1) if stable else _arg(node, 1, "dim", -1))
-            descending = bool(node.kwargs.get("descending", False) if stable else _arg(node, 2, "descending", False))
-            indices = bb.emit(relax.op.argsort(key, axis=dim, descending=descending, dtype="int64"))
-        if kind == "argsort":
+        x, key, bb = _keyed(node, importer)
+        stable = node.target.__name__.endswith("stable")  # (its dim and descending are keywords)
+        dim = int(node.kwargs.get("dim", -1) if stable else _arg(node, 1, "dim", -1))
+        descending = bool(node.kwargs.get("descending", False) if stable else _arg(node, 2, "descending", False))
+        indices = bb.emit(relax.op.argsort(key, axis=dim, descending=descending, dtype="int64"))
+        if indices_only:
             return indices
         return bb.emit(relax.Tuple([bb.emit(relax.op.gather_elements(x, indices, axis=dim)), indices]))
 
     return convert
+
+
+def topk(node, importer) -> relax.Expr:
+    """aten.topk(x, k, dim=-1, largest=True, sorted=True) in PyTorch's order (topk of [0, nan, 1,
+    -1, 2, 3] gave [nan, 0.0] for [nan, 3.0]). sorted=False (DeepSeek's router) is computed
+    sorted: PyTorch leaves the order unspecified then, and sorted is one such order (TVM's
+    converter refuses it)."""
+    x, key, bb = _keyed(node, importer)
+    k, dim, largest = int(_arg(node, 1, "k", 1)), int(_arg(node, 2, "dim", -1)), bool(_arg(node, 3, "largest", True))
+    indices = bb.emit(relax.op.topk(key, k=k, axis=dim, largest=largest, ret_type="indices", dtype="int64"))
+    return bb.emit(relax.Tuple([bb.emit(relax.op.gather_elements(x, indices, axis=dim)), indices]))
+
+
+def kthvalue(node, importer) -> relax.Expr:
+    """aten.kthvalue(x, k, dim=-1, keepdim=False): the k-th smallest in PyTorch's order and its
+    index; TVM's importer has none."""
+    x, key, bb = _keyed(node, importer)
+    k, dim, keepdim = int(node.args[1]), int(_arg(node, 2, "dim", -1)), bool(_arg(node, 3, "keepdim", False))
+    order = bb.emit(relax.op.argsort(key, axis=dim, dtype="int64"))
+    kth = bb.emit(relax.op.take(order, relax.const([k - 1], "int64"), axis=dim))
+    values = bb.emit(relax.op.gather_elements(x, kth, axis=dim))
+    if not keepdim:
+        values, kth = (bb.emit(relax.op.squeeze(v, [dim])) for v in (values, kth))
+    return bb.emit(relax.Tuple([values, kth]))
 
 
 def _truth(reduce) -> Converter:
@@ -313,10 +325,10 @@ CONVERTERS: dict[str, Converter] = {
     "logcumsumexp.default": logcumsumexp,
     "cummax.default": _cumulative_extremum(largest=True),
     "cummin.default": _cumulative_extremum(largest=False),
-    **{f"sort.{v}": _sorting("sort") for v in ("default", "stable")},
-    **{f"argsort.{v}": _sorting("argsort") for v in ("default", "stable")},
-    "topk.default": _sorting("topk"),
-    "kthvalue.default": _sorting("kthvalue"),
+    **{f"sort.{v}": _sort(indices_only=False) for v in ("default", "stable")},
+    **{f"argsort.{v}": _sort(indices_only=True) for v in ("default", "stable")},
+    "topk.default": topk,
+    "kthvalue.default": kthvalue,
     **{f"any.{v}": _truth(relax.op.max) for v in ("default", "dim", "dims")},
     **{f"all.{v}": _truth(relax.op.min) for v in ("default", "dim", "dims")},
 }
