@@ -35,6 +35,7 @@ other than "fast" ("clip", "wrap" and "nan" never read outside).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import tvm
@@ -132,11 +133,13 @@ def check(
     data_shape: list,
     axes: list[int] | None,
     negatives: str = COUNT_BACK,
+    message: str | None = None,
 ) -> relax.Expr:
     """`indices` into axes `axes` of a tensor of shape `data_shape` (their components along
     the last axis when there are several axes; None: the flattened tensor), negatives as
-    `negatives` says, checked as the module's docstring says; bindings emitted into `bb`.
-    Indices of unknown rank or of no integer type come back as they are."""
+    `negatives` says, checked as the module's docstring says (an index outside fails the call
+    with `message`, by default one naming `op`, the axis and the shape); bindings emitted into
+    `bb`. Indices of unknown rank or of no integer type come back as they are."""
     shape, dtype = tensor_shape(indices), str(getattr(indices.ty, "dtype", ""))
     if shape is None or not dtype.startswith(("int", "uint")):
         return indices
@@ -147,7 +150,7 @@ def check(
         return relax.const(array, dtype)
     components = len(sizes)
     rows = math.prod(shape[:-1] if components > 1 else shape)
-    message = _message(op, sizes, axes, data_shape, negatives)
+    message = message or _message(op, sizes, axes, data_shape, negatives)
     kernel = bb.add_func(check_indices_func(components, dtype, message, negatives == COUNT_BACK), KERNEL)
     if _static(sizes):
         sizes_tensor = relax.const(np.array(sizes, "int64"), "int64")
@@ -170,10 +173,11 @@ class _Check(PyExprMutator):
         return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
 
     def _is_checked(self, indices: relax.Expr) -> bool:
-        """Whether `indices` are `check`'s result: a check_indices kernel's output, reshaped back."""
+        """Whether `indices` are `check`'s result: a check_indices kernel's output (the module's
+        second such kernel is check_indices1), reshaped back."""
         reshaped = self._bound(indices, "relax.reshape")
         kernel = None if reshaped is None else self._bound(reshaped.args[0], "relax.call_tir")
-        return kernel is not None and kernel.args[0].name_hint == KERNEL
+        return kernel is not None and re.fullmatch(KERNEL + r"\d*", kernel.args[0].name_hint) is not None
 
     def _counted_back(self, indices: relax.Expr) -> bool:
         """Whether `indices` are ``where(x < 0, x + n, x)``: negatives counted back already (TVM's

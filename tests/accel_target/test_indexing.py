@@ -2,6 +2,8 @@
 end, and an index outside its tensor is an error naming the op, never a read or a write
 (TVM's kernels trust their indices). References: PyTorch eager and numpy."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -290,6 +292,24 @@ def test_the_build_checks_a_module_from_tvms_own_importer_once():
     np.testing.assert_array_equal(out.numpy(), model(ids).detach().numpy())
     with _raises_outside("take", 10, 0, [10, 4]):
         vm["main"](tvm.runtime.tensor(np.array([[1, 10, 0]])))
+
+
+class TwoTables(torch.nn.Module):
+    """Token and position embeddings: two index ops, two check kernels (the second one's name
+    is check_indices1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(10, 4), torch.nn.Embedding(8, 4)
+
+    def forward(self, ids, positions):
+        return self.tokens(ids) + self.positions(positions)
+
+
+def test_the_build_checks_each_index_once():
+    inputs = (torch.tensor([[1, 9, 0]]), torch.tensor([[0, 1, 7]]))
+    main = accel_target.optimize(accel_target.from_torch(TwoTables().eval(), inputs))["main"].script()
+    assert len(re.findall(r"R\.call_tir\(check_indices\d*,", main)) == 2
 
 
 class Zipped(torch.nn.Module):
