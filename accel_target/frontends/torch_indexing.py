@@ -1,13 +1,16 @@
 """Converters of aten ops that read or write at indices and that TVM's importer lacks, written
 with Relax ops as PyTorch defines them: scatter_add / scatter_reduce, index_put on fewer axes
-than the tensor has or by a boolean mask, searchsorted, EmbeddingBag, as_strided, and the ops
-whose result's size depends on the data (nonzero, masked_select; x[mask] in
+than the tensor has or by a boolean mask, searchsorted (rows of a sequence too) and bucketize,
+EmbeddingBag, as_strided, and the ops whose result's size depends on the data (nonzero,
+masked_select, repeat_interleave by a tensor, bincount, unique, unique_consecutive; x[mask] in
 torch_ops.index_tensor). Their indices are checked like every indexing op's
 (accel_target/passes/indexing.py).
 
 A size that depends on the data is torch.export's unbacked symbol (``u0``): here one shape
-variable per symbol, bound where the positions are found (Relax's ``nonzero``, which the VM runs
-as a packed function, then a match_cast), so that every later shape reading it is symbolic in it.
+variable per symbol, bound by a match_cast of the first tensor of that size, which the VM makes
+on the host as a packed function (Relax's ``nonzero`` for the positions of a mask; our
+``accel.run.arange`` for a size computed from the values), so that every later shape reading it
+is symbolic in it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import math
 import operator
 
 import numpy as np
+import tvm
 from tvm import relax, tirx
 
 from strategy.layout import array_constant, tensor_shape
 
+from ..passes import indexing
+from ..passes.relax_util import is_floating
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
@@ -51,17 +57,46 @@ def scatter_reduce(node, importer) -> relax.Expr:
 
 def searchsorted(node, importer) -> relax.Expr:
     """aten.searchsorted.Tensor(sorted_sequence, x, *, out_int32=False, right=False, side=None,
-    sorter=None) with a 1-D sequence: where each x would be inserted to keep it sorted (after
-    equal values where right or side="right"), as bucketize computes it."""
+    sorter=None): where each x would be inserted to keep its row of the sequence sorted (after
+    equal values where right or side="right"); a NaN in x goes after every element, as in
+    PyTorch (TVM's bucketize put it first). A 1-D sequence: bucketize's binary search. Rows
+    (the sequence [..., M], x [..., K] with the same leading sizes: a NeRF's samples along its
+    rays): the count of the row's elements before x. `sorter` orders an unsorted sequence."""
     sequence, x = (importer.env[a] for a in node.args[:2])
-    if len(sequence.ty.shape) != 1 or node.kwargs.get("sorter") is not None:
-        raise NotImplementedError(
-            f"accel: searchsorted of a {len(sequence.ty.shape)}-D sequence"
-            f"{' with a sorter' if node.kwargs.get('sorter') is not None else ''}; supported: a sorted 1-D sequence"
-        )
+    sorter = node.kwargs.get("sorter")
     right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
-    out_int32 = bool(node.kwargs.get("out_int32", False))
-    return importer.block_builder.emit(relax.op.bucketize(x, sequence, out_int32=out_int32, right=right))
+    sorted_sequence = sequence if sorter is None else relax.op.gather_elements(sequence, importer.env[sorter], axis=-1)
+    dtype = "int32" if node.kwargs.get("out_int32", False) else "int64"
+    return _insertion_points(importer.block_builder, importer.block_builder.emit(sorted_sequence), x, right, dtype)
+
+
+def bucketize(node, importer) -> relax.Expr:
+    """aten.bucketize.Tensor(x, boundaries, *, out_int32=False, right=False): searchsorted of x
+    in the 1-D boundaries (`_insertion_points`)."""
+    x, boundaries = (importer.env[a] for a in node.args[:2])
+    dtype = "int32" if node.kwargs.get("out_int32", False) else "int64"
+    return _insertion_points(importer.block_builder, boundaries, x, bool(node.kwargs.get("right", False)), dtype)
+
+
+def _insertion_points(bb, sequence: relax.Expr, x: relax.Expr, right: bool, dtype: str) -> relax.Expr:
+    rank = len(sequence.ty.shape)
+    if rank == 1:
+        found = relax.op.bucketize(x, sequence, out_int32=dtype == "int32", right=right)
+        if not is_floating(x):
+            return bb.emit(found)
+        return bb.emit(relax.op.where(relax.op.isnan(x), relax.const(tensor_shape(sequence)[0], dtype), found))
+    if tensor_shape(sequence)[:-1] != tensor_shape(x)[:-1]:
+        raise NotImplementedError(
+            f"accel: searchsorted of a sequence of shape {tensor_shape(sequence)} for values of shape "
+            f"{tensor_shape(x)}; supported: a 1-D sequence, or the same sizes but for the last"
+        )
+    # x [..., K, 1] against the row [..., 1, M]: how many of the row come before x (a NaN in x
+    # after all; not written as a negated comparison, which TVM turns into one NaN is not past)
+    row, value = relax.op.expand_dims(sequence, rank - 1), relax.op.expand_dims(x, rank)
+    before = relax.op.less_equal(row, value) if right else relax.op.less(row, value)
+    if is_floating(x):
+        before = relax.op.logical_or(before, relax.op.isnan(value))
+    return bb.emit(relax.op.sum(relax.op.astype(before, dtype), axis=rank))
 
 
 def _masked_put(node, importer, x, given: dict, values) -> relax.Expr:
@@ -245,10 +280,12 @@ def _new_size(importer, node) -> tirx.Var:
     return _size_variable(importer, f"{node.name}_count")
 
 
-def data_dependent_size(importer, node, axis: int):
-    """The size of `node`'s value along `axis`: an int where torch.export knows it, else the
-    shape variable of its unbacked symbol (one per symbol in the program)."""
-    size = node.meta["val"].shape[axis]
+def data_dependent_size(importer, node, axis: int, item: int | None = None):
+    """The size of `node`'s value (its `item`-th, of a tuple) along `axis`: an int where
+    torch.export knows it, else the shape variable of its unbacked symbol (one per symbol in
+    the program)."""
+    value = node.meta["val"] if item is None else node.meta["val"][item]
+    size = value.shape[axis]
     if isinstance(size, int):
         return size
     name = str(size) if size.node.expr.is_Symbol else f"{node.name}_size{axis}"
@@ -315,6 +352,104 @@ def masked_select(node, importer) -> relax.Expr:
     return bb.emit(relax.op.take(bb.emit(relax.op.reshape(x, [math.prod(shape)])), position, axis=0, mode="clip"))
 
 
+_ARANGE = "accel.run.arange"
+
+
+@tvm.register_global_func(_ARANGE)
+def _arange(count: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
+    """[0, 1, ..., count - 1] (int64) for a one-element integer tensor, on the host (as TVM
+    runs Relax's nonzero)."""
+    return tvm.runtime.tensor(np.arange(int(count.numpy().reshape(-1)[0]), dtype="int64"))
+
+
+def _positions(importer, count: relax.Expr, size) -> relax.Expr:
+    """[0, 1, ..., size - 1] (int64), the shape variable `size` bound to the int64 scalar
+    `count` at run time (checked, where `size` is a number). Bound by the match_cast of this
+    tensor, which every kernel of that size reads or follows: FuseOps orders bindings by the
+    values they read, and moved a match_cast of a shape (tensor_to_shape), which nothing reads,
+    after the kernels of the size it bound."""
+    bb = importer.block_builder
+    found = bb.emit(relax.op.call_pure_packed(_ARANGE, count, ty_args=relax.TensorType(ndim=1, dtype="int64")))
+    return bb.match_cast(found, relax.TensorType([size], "int64"))
+
+
+def _non_negative(bb, op: str, values: relax.Expr, what: str) -> relax.Expr:
+    """int64 `values`, each checked to be >= 0 at run time (the call fails naming `op`)."""
+    message = f"accel: {op}: {what} is negative; PyTorch refuses it too"
+    return indexing.check(bb, op, cast(bb, values, "int64"), [2**62], [0], indexing.NONE, message)
+
+
+def repeat_interleave(node, importer) -> relax.Expr:
+    """aten.repeat_interleave.Tensor(repeats, *, output_size=None) -> [sum(repeats)]: each i
+    repeats[i] times, in order (``x.repeat_interleave(repeats, dim)`` takes x's slices at these):
+    for position j of the result, the number of running totals of repeats at or before j."""
+    bb = importer.block_builder
+    repeats = importer.env[node.args[0]]
+    counts = _non_negative(bb, "repeat_interleave", bb.emit(relax.op.reshape(repeats, [-1])), "a repeat count")
+    position = _positions(importer, bb.emit(relax.op.sum(counts)), data_dependent_size(importer, node, 0))
+    ends = bb.emit(relax.op.cumsum(counts, axis=0))
+    found = relax.op.bucketize(position, ends, right=True)
+    return bb.emit(relax.op.astype(found, str(repeats.ty.dtype)))
+
+
+def bincount(node, importer) -> relax.Expr:
+    """aten.bincount(x, weights=None, minlength=0) -> [max(max(x) + 1, minlength)]: how often each
+    value occurs in x (the sum of its weights). A negative value fails the call, as in PyTorch."""
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    weights, minlength = _arg(node, 1, "weights", None), int(_arg(node, 2, "minlength", 0))
+    values = _non_negative(bb, "bincount", x, "a value counted")
+    size = data_dependent_size(importer, node, 0)
+    largest = relax.op.add(relax.op.max(values), relax.const(1, "int64"))
+    dtype = str(node.meta["val"].dtype).replace("torch.", "")
+    position = _positions(importer, bb.emit(relax.op.maximum(largest, relax.const(minlength, "int64"))), size)
+    added = relax.op.ones_like(values, dtype) if weights is None else cast(bb, importer.env[weights], dtype)
+    zeros = relax.op.zeros_like(position, dtype)
+    return bb.emit(relax.op.scatter_elements(zeros, values, added, axis=0, reduction="add"))
+
+
+def unique(node, importer) -> relax.Expr:
+    """aten._unique2(x, sorted=True, return_inverse=False, return_counts=False) and
+    unique_consecutive(x, return_inverse=False, return_counts=False) -> (values, inverse,
+    counts): x's distinct values (of each run of equal ones, consecutive), sorted in PyTorch's
+    order (torch.unique sorts whatever `sorted` says, as PyTorch's CPU kernel does); where each
+    element of x went; how many each has. A NaN is distinct from every value, itself too, as in
+    PyTorch. An output not asked for is empty, as in PyTorch."""
+    from .torch_math import order_key
+
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    op = node.target.__name__.split(".")[0]
+    consecutive = op == "unique_consecutive"
+    if consecutive and _arg(node, 3, "dim", None) is not None:
+        raise NotImplementedError("accel: unique_consecutive along a dim is not supported; supported: dim=None")
+    flat = bb.emit(relax.op.reshape(x, [-1]))
+    count = tensor_shape(flat)[0]
+    order = None if consecutive else bb.emit(relax.op.argsort(order_key(bb, flat), axis=0, dtype="int64"))
+    ordered = flat if consecutive else bb.emit(relax.op.take(flat, order, axis=0))
+    # a run starts where a value differs from the one before (float !=: a NaN from any)
+    differs = relax.op.not_equal(
+        relax.op.strided_slice(ordered, [0], [1], [count]), relax.op.strided_slice(ordered, [0], [0], [count - 1])
+    )
+    first = bb.emit(relax.op.concat([relax.const(np.array([True])), differs], axis=0))
+    size = data_dependent_size(importer, node, 0, item=0)
+    (starts,) = mask_positions(importer, op, first, size)
+    group = bb.emit(relax.op.subtract(relax.op.cumsum(first, axis=0, dtype="int64"), relax.const(1, "int64")))
+    flags = 1 if consecutive else 2  # where return_inverse is (return_counts after it)
+    outputs = [bb.emit(relax.op.take(ordered, starts, axis=0))]
+    if not _arg(node, flags, "return_inverse", False):
+        outputs.append(relax.op.zeros([0], "int64"))
+    else:
+        inverse = group if consecutive else relax.op.scatter_elements(relax.op.zeros([count], "int64"), order, group, 0)
+        outputs.append(relax.op.reshape(inverse, tensor_shape(x)))
+    if not _arg(node, flags + 1, "return_counts", False):
+        outputs.append(relax.op.zeros([0], "int64"))
+    else:
+        ones = relax.op.ones([count], "int64")
+        outputs.append(relax.op.scatter_elements(relax.op.zeros([size], "int64"), group, ones, 0, "add"))
+    return bb.emit(relax.Tuple([bb.emit(o) for o in outputs]))
+
+
 _BAG_MODES = ("sum", "mean", "max")
 
 
@@ -370,10 +505,15 @@ CONVERTERS: dict[str, Converter] = {
     "scatter_add.default": scatter_reduce,
     "scatter_reduce.two": scatter_reduce,
     "searchsorted.Tensor": searchsorted,
+    "bucketize.Tensor": bucketize,
     "index_put.default": index_put,
     "_embedding_bag.default": embedding_bag,
     "_embedding_bag_forward_only.default": embedding_bag,
     "nonzero.default": nonzero,
     "as_strided.default": as_strided,
     "masked_select.default": masked_select,
+    "repeat_interleave.Tensor": repeat_interleave,
+    "bincount.default": bincount,
+    "_unique2.default": unique,
+    "unique_consecutive.default": unique,
 }

@@ -1,8 +1,9 @@
 """Converters of aten ops that TVM's importer lacks, written with Relax ops as PyTorch defines
-them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts), reductions (var_mean and
-std_mean with a correction, prod along a dim, any and all), cumulative ops (logcumsumexp,
-cummax, cummin), cdist, and sort / argsort / topk / kthvalue of floats in PyTorch's order (NaN
-the largest). Those that read or write at indices are in torch_indexing.py.
+them: elementwise (fmax, fmin, hypot, copysign, signbit, bit shifts, erfinv), reductions
+(var_mean and std_mean with a correction, prod along a dim, any and all, histc), cumulative ops
+(logcumsumexp, cummax, cummin), cdist, and sort / argsort / topk / kthvalue of floats in
+PyTorch's order (NaN the largest). Those that read or write at indices are in
+torch_indexing.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from tvm import relax, te, tirx
 
 from strategy.layout import tensor_shape
 
+from ..passes import indexing
 from ..passes.relax_util import is_floating
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
@@ -68,6 +70,89 @@ def _hypot(a: relax.Expr, b: relax.Expr) -> relax.Expr:
     scaled = relax.op.multiply(big, relax.op.sqrt(relax.op.add(one, relax.op.multiply(ratio, ratio))))
     infinite = relax.op.logical_or(relax.op.isinf(a), relax.op.isinf(b))
     return relax.op.where(infinite, inf, scaled)
+
+
+# ATen's calc_erfinv, after MATLAB's erfinv: rational first guesses inside and outside |y| <= 0.7
+_ERFINV_CENTRAL = (
+    (-0.140543331, 0.914624893, -1.645349621, 0.886226899),
+    (0.012229801, -0.329097515, 1.442710462, -2.118377725, 1.0),
+)
+_ERFINV_TAIL = ((1.641345311, 3.429567803, -1.624906493, -1.970840454), (1.637067800, 3.543889200, 1.0))
+
+
+def _horner(z: relax.Expr, coefficients: tuple) -> relax.Expr:
+    """The float64 polynomial of `coefficients` (highest power first) at z."""
+    value = relax.const(coefficients[0], "float64")
+    for c in coefficients[1:]:
+        value = relax.op.add(relax.op.multiply(value, z), relax.const(c, "float64"))
+    return value
+
+
+def erfinv(node, importer) -> relax.Expr:
+    """aten.erfinv(y) as PyTorch computes it: a rational guess, then two Newton steps on erf;
+    NaN outside [-1, 1], ±inf at ±1. In float64 whatever y's dtype: near ±1 a Newton step needs
+    erf within an ulp of 1, which TVM's float32 erf is not (0.8% off at 0.9999999)."""
+    bb = importer.block_builder
+    y = cast(bb, importer.env[node.args[0]], "float64")
+    c = lambda v: relax.const(v, "float64")  # noqa: E731
+    magnitude, square = relax.op.abs(y), relax.op.multiply(y, y)
+    numerator, denominator = (_horner(square, p) for p in _ERFINV_CENTRAL)
+    central = relax.op.divide(relax.op.multiply(y, numerator), denominator)
+    t = relax.op.sqrt(relax.op.negative(relax.op.log(relax.op.divide(relax.op.subtract(c(1.0), magnitude), c(2.0)))))
+    numerator, denominator = (_horner(t, p) for p in _ERFINV_TAIL)
+    tail = relax.op.divide(
+        relax.op.where(relax.op.less(y, c(0.0)), relax.op.negative(numerator), numerator), denominator
+    )
+    x = bb.emit(relax.op.where(relax.op.less_equal(magnitude, c(0.7)), central, tail))
+    for _ in range(2):
+        slope = relax.op.multiply(c(2.0 / np.sqrt(np.pi)), relax.op.exp(relax.op.negative(relax.op.multiply(x, x))))
+        x = bb.emit(relax.op.subtract(x, relax.op.divide(relax.op.subtract(relax.op.erf(x), y), slope)))
+    infinite = relax.op.where(relax.op.less(y, c(0.0)), c(-np.inf), c(np.inf))
+    x = relax.op.where(relax.op.equal(magnitude, c(1.0)), infinite, x)
+    x = relax.op.where(relax.op.greater(magnitude, c(1.0)), c(np.nan), x)
+    return bb.emit(relax.op.astype(x, str(node.meta["val"].dtype).replace("torch.", "")))
+
+
+def histc(node, importer) -> relax.Expr:
+    """aten.histc(x, bins=100, min=0, max=0): counts of x's elements in `bins` equal bins over
+    [min, max] (the data's least and largest where min = max, widened by 1 each way where those
+    are equal too), as PyTorch bins them: bin int((x - min) * bins / (max - min)), the last bin closed;
+    elements outside and NaN are not counted. Data whose range is not finite fails the call, as
+    in PyTorch."""
+    bb = importer.block_builder
+    x = importer.env[node.args[0]]
+    dtype = str(x.ty.dtype)
+    bins, low, high = int(_arg(node, 1, "bins", 100)), float(_arg(node, 2, "min", 0)), float(_arg(node, 3, "max", 0))
+    flat = bb.emit(relax.op.reshape(x, [-1]))
+    if tensor_shape(flat) == [0]:
+        return bb.emit(relax.op.zeros([bins], dtype))
+    finite = None
+    if low == high:  # the data's range
+        low, high = bb.emit(relax.op.min(flat)), bb.emit(relax.op.max(flat))
+        same = relax.op.equal(low, high)
+        low = bb.emit(relax.op.where(same, relax.op.subtract(low, relax.const(1.0, dtype)), low))
+        high = bb.emit(relax.op.where(same, relax.op.add(high, relax.const(1.0, dtype)), high))
+        unbounded = relax.op.logical_or(relax.op.isinf(low), relax.op.isinf(high))
+        nan = relax.op.astype(relax.op.max(relax.op.astype(relax.op.isnan(flat), "int8")), "bool")
+        finite = relax.op.logical_not(relax.op.logical_or(unbounded, nan))
+    elif low > high:
+        raise ValueError(f"accel: histc with min={low} > max={high}; supported: min <= max")
+    else:
+        low, high = relax.const(low, dtype), relax.const(high, dtype)
+    scaled = relax.op.divide(
+        relax.op.multiply(relax.op.subtract(flat, low), relax.const(bins, dtype)), relax.op.subtract(high, low)
+    )
+    inside = relax.op.logical_and(relax.op.greater_equal(flat, low), relax.op.less_equal(flat, high))
+    position = relax.op.minimum(relax.op.astype(scaled, "int64"), relax.const(bins - 1, "int64"))
+    position = relax.op.where(inside, position, relax.const(bins, "int64"))  # bin `bins`: not counted
+    if finite is not None:
+        position = bb.emit(relax.op.where(finite, position, relax.const(-1, "int64")))
+        message = "accel: histc: the data's range is not finite (a NaN or an infinity), as PyTorch refuses it"
+        position = indexing.check(bb, "histc", position, [bins + 1], [0], indexing.NONE, message)
+    counted = relax.op.scatter_elements(
+        relax.op.zeros([bins + 1], dtype), position, relax.op.ones_like(flat), axis=0, reduction="add"
+    )
+    return bb.emit(relax.op.strided_slice(counted, [0], [0], [bins]))
 
 
 def _shift(left: bool) -> callable:
@@ -240,14 +325,17 @@ def _order_key_te(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, key, name="order_key")
 
 
-def _order_key(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
+def order_key(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
+    """x's elements as keys that sort in PyTorch's order (`_order_key_te`; integers are their own)."""
+    if str(x.ty.dtype) not in _BITS:
+        return x
     return bb.emit_te(_order_key_te, x, primfunc_name_hint="order_key")
 
 
 def _keyed(node, importer) -> tuple[relax.Expr, relax.Expr, relax.BlockBuilder]:
     """x, the keys it is ordered by (`_order_key_te` of floats; integers are their own)."""
     x, bb = importer.env[node.args[0]], importer.block_builder
-    return x, (_order_key(bb, x) if str(x.ty.dtype) in _BITS else x), bb
+    return x, order_key(bb, x), bb
 
 
 def _sort(indices_only: bool) -> Converter:
@@ -315,6 +403,8 @@ CONVERTERS: dict[str, Converter] = {
     "copysign.Tensor": copysign,
     "copysign.Scalar": copysign,
     "signbit.default": signbit,
+    "erfinv.default": erfinv,
+    "histc.default": histc,
     **{f"__lshift__.{o}": promoting(_shift(left=True)) for o in ("Tensor", "Scalar")},
     **{f"__rshift__.{o}": promoting(_shift(left=False)) for o in ("Tensor", "Scalar")},
     **{f"bitwise_left_shift.{o}": promoting(_shift(left=True)) for o in ("Tensor", "Tensor_Scalar")},

@@ -21,11 +21,12 @@ runs it with them; decoders (GPT-2, Llama) first, then the ops of the zoo's othe
   (accel_target/frontends/torch_pool.py); group norm without a weight or a bias.
 - ``elu`` with its ``scale`` and ``input_scale``, which TVM's converter drops (SELU).
 - Ops TVM's importer lacks or gets wrong: fmax, fmin, hypot, copysign, signbit, bit shifts,
-  var_mean / std_mean with a correction, prod along a dim, any / all, logcumsumexp, cummax,
-  cummin, cdist, sort / argsort / topk / kthvalue in PyTorch's order (NaN the largest)
-  (accel_target/frontends/torch_math.py); scatter_add / scatter_reduce, index_put on fewer axes
-  than the tensor has, searchsorted, EmbeddingBag, as_strided, and what reads or writes at a
-  boolean mask, whose size depends on the data (x[mask], x[mask] = v, nonzero, masked_select)
+  erfinv, var_mean / std_mean with a correction, prod along a dim, any / all, histc,
+  logcumsumexp, cummax, cummin, cdist, sort / argsort / topk / kthvalue in PyTorch's order (NaN
+  the largest) (accel_target/frontends/torch_math.py); scatter_add / scatter_reduce, index_put
+  on fewer axes than the tensor has, searchsorted and bucketize (a NaN last), EmbeddingBag,
+  as_strided, and the ops whose result's size depends on the data (x[mask], x[mask] = v,
+  nonzero, masked_select, repeat_interleave by a tensor, bincount, unique)
   (accel_target/frontends/torch_indexing.py).
 - PT2E's ``quantized_decomposed`` quantize / dequantize ops (accel_target/frontends/torch_quant.py),
   never folded: they stay for accel_target.passes.quantize.

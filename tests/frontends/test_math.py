@@ -115,6 +115,28 @@ CASES = [
     ("searchsorted", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.0, 1.0]), a.round()), (X,)),
     ("searchsorted-right", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), a.round(), right=True), (X,)),
     ("searchsorted-int32", lambda a: torch.searchsorted(torch.tensor([0.5]), a, out_int32=True, side="right"), (X,)),
+    # a NaN goes after every element (TVM's bucketize put it first); rows of a sequence; a sorter
+    ("searchsorted-nan", lambda a: torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), a), (EDGE_A,)),
+    ("bucketize-nan", lambda a: torch.bucketize(a, torch.tensor([-1.0, 0.0, 1.0]), right=True), (EDGE_A,)),
+    ("searchsorted-rows", lambda s, a: torch.searchsorted(s.sort(1).values, a.round()), (X, Y)),
+    ("searchsorted-rows-right", lambda s, a: torch.searchsorted(s.sort(1).values, a, side="right"), (X.round(), Y)),
+    (
+        "searchsorted-rows-nan",
+        lambda s, a: torch.searchsorted(s.sort(1).values, a[:, :3]),
+        (X, UNORDERED[:, :3].repeat(2, 1)[:3]),
+    ),
+    ("searchsorted-sorter", lambda s, a: torch.searchsorted(s, a, sorter=s.argsort(1), out_int32=True), (X, Y)),
+    # PyTorch's rational guess and Newton steps: NaN outside [-1, 1], ±inf at ±1, exact near ±1
+    ("erfinv", lambda a: torch.erfinv(a.tanh()), (X,)),
+    (
+        "erfinv-edges",
+        torch.erfinv,
+        (torch.tensor([1.0, -1.0, 0.0, -0.0, 2.0, np.nan, 0.9999999, -0.99999, 0.7, 0.7000001]),),
+    ),
+    # bins over the range given, or the data's (where min = max); the last bin closed
+    ("histc", lambda a: torch.histc(a, 4, -1, 1), (torch.cat([X.ravel(), torch.tensor([-1.0, 1.0, 0.5, np.nan])]),)),
+    ("histc-data-range", lambda a: torch.histc(a, 7), (X,)),
+    ("histc-equal-bounds", lambda a: torch.histc(a, 3, 0.5, 0.5), (X,)),
 ]
 
 
@@ -212,6 +234,90 @@ def test_result_whose_size_depends_on_the_data_matches_pytorch(fn):
     for x in (X, torch.randn(3, 5), -X.abs()):
         (ours,) = run_outputs(executable, x.numpy())
         np.testing.assert_array_equal(ours, fn(x).numpy())
+
+
+# sizes that the data's values give (repeat counts, the largest value, distinct values): one
+# build, several inputs
+COUNTED = [
+    (
+        "repeat_interleave",
+        lambda a, r: a.repeat_interleave(r, dim=0) * 2,
+        [(X, torch.tensor([2, 0, 3])), (X, torch.tensor([0, 0, 0]))],
+    ),
+    (
+        "repeat_interleave-dim1",
+        lambda a, r: a.repeat_interleave(r, dim=1),
+        [(X, torch.tensor([1, 0, 2, 3, 1])), (X, torch.tensor([5, 0, 0, 0, 1]))],
+    ),
+    (
+        "repeat_interleave-indices",
+        lambda r: torch.repeat_interleave(r),
+        [(torch.tensor([2, 0, 3]),), (torch.tensor([1, 1, 1]),)],
+    ),
+    (
+        "repeat_interleave-output_size",
+        lambda a, r: a.repeat_interleave(r, dim=0, output_size=5),
+        [(X, torch.tensor([2, 0, 3])), (X, torch.tensor([1, 3, 1]))],
+    ),
+    # two sizes in one kernel after FuseOps (it moved a shape's match_cast after their uses)
+    (
+        "repeat_interleave-twice",
+        lambda a, r: a.repeat_interleave(r, dim=0).mean(0) + a.repeat_interleave(r * 2, dim=0).mean(0),
+        [(X, torch.tensor([2, 1, 3])), (X, torch.tensor([1, 0, 4]))],
+    ),
+    ("bincount", torch.bincount, [(torch.tensor([1, 3, 1, 0, 7]),), (torch.tensor([0, 0, 0, 1, 0]),)]),
+    (
+        "bincount-weights-minlength",
+        lambda a, w: torch.bincount(a, w, minlength=6),
+        [(torch.tensor([1, 3, 1]), torch.randn(3)), (torch.tensor([9, 0, 2]), torch.randn(3))],
+    ),
+    ("unique", torch.unique, [(torch.tensor([3, 1, 3, 7, 1]),), (torch.tensor([2, 2, 2, 2, 2]),)]),
+    (
+        "unique-nan-inverse-counts",
+        lambda a: torch.unique(a, return_inverse=True, return_counts=True),
+        [(EDGE_A,), (EDGE_B,)],
+    ),
+    (
+        "unique_consecutive",
+        lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True),
+        [(torch.tensor([[1, 1, 2], [2, 1, 1]]),), (torch.tensor([[5, 5, 5], [5, 5, 5]]),)],
+    ),
+    ("unique_consecutive-nan", lambda a: torch.unique_consecutive(a), [(EDGE_A,), (EDGE_B,)]),
+]
+
+
+@pytest.mark.parametrize("fn, given", [c[1:] for c in COUNTED], ids=[c[0] for c in COUNTED])
+def test_result_sized_by_the_datas_values_matches_pytorch(fn, given):
+    executable = accel_target.build(accel_target.from_torch(Op(fn).eval(), given[0]))
+    assert accel_target.report(executable).declines == ()
+    for inputs in given:
+        expected = fn(*inputs)
+        expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+        outputs = run_outputs(executable, *[x.numpy() for x in inputs])
+        for ours, theirs in zip(outputs, expected, strict=True):
+            assert ours.dtype == theirs.numpy().dtype
+            np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fn, good, bad, words",
+    [
+        (lambda r: torch.repeat_interleave(r), [2, 1], [2, -1], "repeat_interleave: a repeat count is negative"),
+        (torch.bincount, [2, 1], [2, -1], "bincount: a value counted is negative"),
+        (lambda a: torch.histc(a, 3), [2.0, 1.0], [2.0, np.nan], "histc: the data's range is not finite"),
+        (lambda a: torch.histc(a, 3), [2.0, 1.0], [2.0, -np.inf], "histc: the data's range is not finite"),
+    ],
+    ids=["repeat_interleave", "bincount", "histc-nan", "histc-inf"],
+)
+def test_values_pytorch_refuses_fail_the_call(fn, good, bad, words):
+    """What PyTorch raises for (a negative count, a range that is not finite) fails the call,
+    never a number."""
+    good, bad = torch.tensor(good), torch.tensor(bad)
+    executable = accel_target.build(accel_target.from_torch(Op(fn).eval(), (good,)))
+    with pytest.raises(RuntimeError):
+        fn(bad)
+    with pytest.raises(RuntimeError, match=words):
+        run_outputs(executable, bad.numpy())
 
 
 class Experts(nn.Module):
