@@ -23,7 +23,8 @@ that the graph computes).
   the int8 kernels' own calls, ``conv2d`` / ``matmul`` of uint8 / int8 data and a constant
   int8 weight with ``out_dtype="int32"``, and the zero points' correction; ``Resize`` with
   scales whose product with the input size is not whole maps coordinates as ONNX defines
-  them (accel_target/frontends/onnx_resize.py).
+  them (accel_target/frontends/onnx_resize.py); TopK, Sign, IsInf, ThresholdedRelu and OneHot
+  as ONNX defines them where TVM's differ (accel_target/frontends/onnx_ops.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import get_constant
 from strategy.layout import array_constant, constant_array
 
 from .. import tvm_private
+from .onnx_ops import CONVERTERS as CORRECTED
 from .onnx_resize import Resize
 
 # op type -> positions of its inputs that TVM's converter needs as constants (a shape it
@@ -377,6 +379,7 @@ class MatMulInteger(stock.MatMulInteger):
 
 
 CONVERTERS = {
+    **CORRECTED,
     "Resize": Resize,
     "Pad": Pad,
     "ConstantOfShape": ConstantOfShape,

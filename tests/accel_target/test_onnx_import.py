@@ -149,3 +149,67 @@ def test_celu_matches_onnx_reference(alpha):
     model = float_onnx_model([node], {"x": [2, 9]}, {"y": [2, 9]})
     x = np.linspace(-6, 3, 18, dtype="float32").reshape(2, 9)
     np.testing.assert_allclose(_run(model, x), ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+_NAN, _INF = np.nan, np.inf
+_EDGES = np.array([[1.0, -2.0, 0.0, -0.0, _NAN, _INF], [-_INF, 2.5, -2.5, 0.5, 1.5, -0.5]], "float32")
+_TIES = np.array([[3.0, 1.0, 3.0, 0.0, 3.0, 1.0], [_NAN, 1.0, _NAN, 2.0, 0.0, 2.0]], "float32")
+_K3 = onnx.numpy_helper.from_array(np.array([3], "int64"), "k")
+_DEPTH = onnx.numpy_helper.from_array(np.array(4, "int64"), "d")
+_VALUES = onnx.numpy_helper.from_array(np.array([0.5, 2.0], "float32"), "v")  # TVM's gave float64
+
+
+def _typed_model(node, x: np.ndarray, outputs: dict, initializers=()):
+    """One node of input x, outputs {name: TensorProto type}, shapes left to shape inference."""
+    value = lambda name, kind: helper.make_tensor_value_info(name, kind, None)  # noqa: E731
+    kind = TensorProto.FLOAT if x.dtype == np.float32 else TensorProto.INT64
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", kind, x.shape)], [], list(initializers))
+    graph.output.extend(value(n, t) for n, t in outputs.items())
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    for output, known in zip(model.graph.output, inferred.graph.output, strict=True):
+        output.CopyFrom(known)
+    return model
+
+
+@pytest.mark.parametrize(
+    "node, x, outputs, initializers",
+    [
+        # NaN above every number, equal values in index order (TVM's: a NaN anywhere)
+        (helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), _TIES, {"v": 1, "i": 7}, [_K3]),
+        (helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0), _TIES, {"v": 1, "i": 7}, [_K3]),
+        (helper.make_node("Sign", ["x"], ["y"]), _EDGES, {"y": 1}, []),  # NaN (TVM's: 0)
+        (helper.make_node("IsInf", ["x"], ["y"], detect_positive=0), _EDGES, {"y": 9}, []),  # (TVM's: both)
+        (helper.make_node("IsInf", ["x"], ["y"], detect_negative=0), _EDGES, {"y": 9}, []),
+        (helper.make_node("ThresholdedRelu", ["x"], ["y"], alpha=0.5), _EDGES, {"y": 1}, []),  # -inf: 0 (NaN)
+        (
+            helper.make_node("OneHot", ["x", "d", "v"], ["y"]),
+            np.array([0, -1, 3], "int64"),
+            {"y": 1},
+            [_DEPTH, _VALUES],
+        ),
+        (helper.make_node("Unique", ["x"], ["y", "i", "inv", "n"]), _TIES[:1], {"y": 1, "i": 7, "inv": 7, "n": 7}, []),
+    ],
+    ids=[
+        "topk-nan-ties",
+        "topk-smallest",
+        "sign-nan",
+        "isinf-negative",
+        "isinf-positive",
+        "thresholded-relu",
+        "onehot-dtype",
+        "unique-2d",
+    ],
+)
+def test_ops_tvm_computes_otherwise_match_onnx_reference(node, x, outputs, initializers):
+    """Ops TVM's ONNX frontend computes otherwise than ONNX defines them (onnx_ops.py): values
+    and dtypes as onnx's reference evaluator gives them."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _typed_model(node, x, outputs, initializers)
+    vm = relax.VirtualMachine(accel_target.build(accel_target.from_onnx(model)), tvm.cpu())
+    ours = vm["main"](tvm.runtime.tensor(x))
+    ours = [o.numpy() for o in ours] if len(outputs) > 1 else [ours.numpy()]
+    for mine, theirs in zip(ours, ReferenceEvaluator(model).run(None, {"x": x}), strict=True):
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
+        np.testing.assert_array_equal(mine, theirs)
