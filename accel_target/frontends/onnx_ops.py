@@ -11,6 +11,8 @@ definition (its reference implementation, which ONNX Runtime follows), silently:
 - ``ThresholdedRelu`` is ``x > alpha ? x : 0`` in x's dtype (TVM's multiplied x by the
   comparison in float32: NaN for -inf, and float32 for any input).
 - ``OneHot`` gives the dtype of its values (TVM's: float64 for float32 values).
+- ``ConvTranspose`` reads ``output_shape`` (TVM's ignored it: another output size).
+- ``Unique`` of an N-D tensor (TVM's failed).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 from tvm.relax.frontend.onnx.onnx_frontend import get_constant
 
-from strategy.layout import constant_array
+from strategy.layout import constant_array, tensor_shape
 
 from ..passes.relax_util import is_floating
 from .torch_math import order_key
@@ -94,6 +96,37 @@ class OneHot(stock.OneHot):
         return found if str(found.ty.dtype) == dtype else relax.op.astype(found, dtype)
 
 
+class ConvTranspose(stock.ConvTranspose):
+    """ConvTranspose with ``output_shape``: the pads it implies, as ONNX derives them (TVM's
+    converter ignored it, and the output had the size of the pads given instead)."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if "output_shape" not in attr:
+            return super()._impl_v1(bb, inputs, attr, params)
+        wanted, sizes = list(attr.pop("output_shape")), tensor_shape(inputs[0])[2:]
+        weight = tensor_shape(inputs[1])[2:]
+        if len(wanted) != len(sizes) or not all(isinstance(d, int) for d in sizes + weight):
+            raise NotImplementedError(
+                f"accel: ConvTranspose with output_shape {wanted} of an input of spatial sizes {sizes}; "
+                "supported: known sizes, output_shape of the spatial axes"
+            )
+        axes = range(len(sizes))
+        strides, dilations = attr.get("strides", [1] * len(sizes)), attr.get("dilations", [1] * len(sizes))
+        extra, kernel = attr.get("output_padding", [0] * len(sizes)), attr.get("kernel_shape", weight)
+        auto_pad = attr.pop("auto_pad", b"NOTSET")
+        upper = (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) == "SAME_UPPER"
+        total = [strides[i] * (sizes[i] - 1) + extra[i] + (kernel[i] - 1) * dilations[i] + 1 - wanted[i] for i in axes]
+        if any(t < 0 for t in total):
+            raise NotImplementedError(
+                f"accel: ConvTranspose with output_shape {wanted} larger than its full output "
+                f"{[w + t for w, t in zip(wanted, total, strict=True)]}; supported: at most that"
+            )
+        begin = [t // 2 if upper else t - t // 2 for t in total]
+        attr["pads"] = begin + [t - b for t, b in zip(total, begin, strict=True)]
+        return super()._impl_v1(bb, inputs, attr, params)
+
+
 class Unique(stock.Unique):
     """Unique of the flattened tensor (no axis) flattened first: TVM's runs numpy's unique on
     the tensor as it is, whose inverse indices keep the tensor's shape (numpy 2), where TVM
@@ -108,6 +141,7 @@ class Unique(stock.Unique):
 
 
 CONVERTERS = {
+    "ConvTranspose": ConvTranspose,
     "Unique": Unique,
     "TopK": TopK,
     "Sign": Sign,

@@ -213,3 +213,43 @@ def test_ops_tvm_computes_otherwise_match_onnx_reference(node, x, outputs, initi
     for mine, theirs in zip(ours, ReferenceEvaluator(model).run(None, {"x": x}), strict=True):
         assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
         np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_to_an_output_shape_matches_pytorch_cropped_as_onnx_says(auto_pad):
+    """The pads ConvTranspose's output_shape implies: the full output (15 x 15 here) less one
+    row, taken from the end for SAME_UPPER, from the start otherwise (TVM's converter ignored
+    output_shape: 15 x 15)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 2, 3, 3)).astype("float32")
+    node = helper.make_node(
+        "ConvTranspose",
+        ["x", "w"],
+        ["y"],
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        output_shape=[14, 15],
+        auto_pad=auto_pad,
+    )
+    model = float_onnx_model([node], {"x": [1, 3, 7, 7]}, {"y": [1, 2, 14, 15]}, [onnx.numpy_helper.from_array(w, "w")])
+    x = rng.standard_normal((1, 3, 7, 7)).astype("float32")
+    full = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), stride=2).numpy()
+    start = 0 if auto_pad == "SAME_UPPER" else 1
+    np.testing.assert_allclose(_run(model, x), full[:, :, start : start + 14, :], rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_version_a_later_opset_deprecated_imports():
+    """GroupNormalization-18 (scale and bias per group), which onnx's checker calls deprecated
+    but exporters write and ONNX Runtime runs."""
+    x = np.random.default_rng(0).standard_normal((2, 6, 4, 4)).astype("float32")
+    scale, bias = np.array([1.0, 2.0, 0.5], "float32"), np.array([0.0, 1.0, -1.0], "float32")
+    initializers = [onnx.numpy_helper.from_array(v, n) for n, v in (("s", scale), ("b", bias))]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-5)
+    model = float_onnx_model([node], {"x": [2, 6, 4, 4]}, {"y": [2, 6, 4, 4]}, initializers)
+    model.opset_import[0].version = 18
+    groups = x.reshape(2, 3, -1)
+    normal = (groups - groups.mean(-1, keepdims=True)) / np.sqrt(groups.var(-1, keepdims=True) + 1e-5)
+    expected = (normal * scale[:, None] + bias[:, None]).reshape(x.shape)
+    np.testing.assert_allclose(_run(model, x), expected, rtol=1e-5, atol=1e-5)
