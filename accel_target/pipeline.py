@@ -53,6 +53,7 @@ from .passes.constants import (
     ShareConstants,
     ZeroConstants,
 )
+from .passes.division import check_divisors
 from .passes.fast_math import FastMath
 from .passes.fold_numpy import FoldConstantNumpy
 from .passes.fold_subgraphs import fold_constant_subgraphs, fold_what_is_left
@@ -128,6 +129,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
         contained(p)
         for p in [
             check_indexing,  # indices inside their tensors, or an error (accel_target/indexing.py)
+            check_divisors,  # an integer division by zero an error, not SIGFPE (accel_target/passes/division.py)
             quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),

@@ -7,6 +7,7 @@ Before the pipeline, on the model's signature (accel_target.build):
 In pipeline order (accel_target.pipeline: graph_passes, legalize_passes, kernel_passes):
 
     indexing              CheckIndexing: indices inside their tensors, or an error naming the op
+    division              CheckDivisors: an integer division by zero an error naming the op, not SIGFPE
     quantize              QuantizeQDQ: quantize / dequantize graphs to integer conv2d / matmul + requantize
     whole_input_pooling   WholeInputPooling: a pooling whose window is its whole input, as a mean or max
     simplify_layouts      SimplifyLayouts: permutes cancelled or folded, ops made visible to ConvertLayout

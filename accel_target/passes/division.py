@@ -1,0 +1,55 @@
+"""CheckDivisors: an integer division by zero fails the call with an error, as in PyTorch
+(``ZeroDivisionError``), instead of taking the process down.
+
+TVM compiles an integer ``divide``, ``floor_divide``, ``mod`` or ``floor_mod`` to the CPU's
+division instruction, which traps on a zero divisor: the VM's process died of SIGFPE (a
+``torch.remainder`` by a count the data gives, an index computed by ``//``). Each such op
+whose divisor is not a constant without zeros reads its divisor plus a tensor of zeros that
+the index check kernel (accel_target/passes/indexing.py) returns: it marks a zero divisor -1,
+outside [0, 1), and fails the call naming the op before the division runs. Float division is
+left alone (a zero gives inf or NaN).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.ir.expr import Constant
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from strategy.layout import constant_array, tensor_shape
+
+from . import indexing
+from .relax_util import rewrite_functions
+
+_DIVISIONS = ("relax.divide", "relax.floor_divide", "relax.mod", "relax.floor_mod")
+
+
+def _has_no_zero(divisor: relax.Expr) -> bool:
+    return isinstance(divisor, Constant) and bool((constant_array(divisor) != 0).all())
+
+
+@mutator
+class _CheckDivisors(PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _DIVISIONS:
+            return call
+        divisor = call.args[1]
+        dtype, shape = str(getattr(divisor.ty, "dtype", "")), tensor_shape(divisor)
+        if not dtype.startswith(("int", "uint")) or shape is None or _has_no_zero(divisor):
+            return call
+        op = call.op.name[len("relax.") :]
+        message = f"{op}: an integer division by zero (a divisor known at run time is 0), which PyTorch refuses too"
+        bb = self.builder_
+        zero = relax.op.equal(divisor, relax.const(0, dtype))
+        marks = bb.emit(relax.op.where(zero, relax.const(-1, "int64"), relax.const(0, "int64")))
+        zeros = indexing.check(bb, op, marks, [1], [0], indexing.NONE, message)
+        checked = bb.emit(relax.op.add(divisor, relax.op.astype(zeros, dtype)), "divisor")
+        return relax.Call(call.op, [call.args[0], checked], call.attrs)
+
+
+@tvm.transform.module_pass(opt_level=0, name="CheckDivisors")
+def check_divisors(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Every integer division of `mod` whose divisor may be 0 checks it first."""
+    return rewrite_functions(_CheckDivisors, mod)
