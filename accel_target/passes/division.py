@@ -6,8 +6,10 @@ division instruction, which traps on a zero divisor: the VM's process died of SI
 ``torch.remainder`` by a count the data gives, an index computed by ``//``). Each such op
 whose divisor is not a constant without zeros reads its divisor plus a tensor of zeros that
 the index check kernel (accel_target/passes/indexing.py) returns: it marks a zero divisor -1,
-outside [0, 1), and fails the call naming the op before the division runs. Float division is
-left alone (a zero gives inf or NaN).
+outside [0, 1), and fails the call naming the op before the division runs. A signed division
+by -1 is computed as a negation (a remainder of 0): the least integer divided by -1 traps too,
+where PyTorch's floor division wraps to the least integer. Float division is left alone (a zero
+gives inf or NaN).
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ class _CheckDivisors(PyExprMutator):
         marks = bb.emit(relax.op.where(zero, relax.const(-1, "int64"), relax.const(0, "int64")))
         zeros = indexing.check(bb, op, marks, [1], [0], indexing.NONE, message)
         checked = bb.emit(relax.op.add(divisor, relax.op.astype(zeros, dtype)), "divisor")
-        return relax.Call(call.op, [call.args[0], checked], call.attrs)
+        if dtype.startswith("uint"):
+            return relax.Call(call.op, [call.args[0], checked], call.attrs)
+        # the least integer by -1 traps too: its quotient is itself (wrapped), its remainder 0
+        minus_one = bb.emit(relax.op.equal(checked, relax.const(-1, dtype)))
+        safe = bb.emit(relax.op.where(minus_one, relax.const(1, dtype), checked))
+        found = bb.emit(relax.Call(call.op, [call.args[0], safe], call.attrs))
+        by_minus_one = relax.op.negative(call.args[0]) if "divide" in op else relax.op.zeros_like(found)
+        return relax.op.where(minus_one, by_minus_one, found)
 
 
 @tvm.transform.module_pass(opt_level=0, name="CheckDivisors")

@@ -45,3 +45,14 @@ def test_a_constant_divisor_without_zeros_is_not_checked():
     model = Op(lambda a, b: a // 3 + b % 4).eval()
     mod = accel_target.optimize(accel_target.from_torch(model, (torch.tensor([7, -7]), torch.tensor([5, 6]))))
     assert "check_indices" not in mod.script()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("fn", [lambda a, b: a // b, torch.remainder, torch.fmod], ids=["floor", "remainder", "fmod"])
+def test_the_least_integer_by_minus_one_matches_pytorch(fn, dtype):
+    """The CPU's division traps on it too; PyTorch's floor division wraps to the least integer."""
+    a, b = torch.tensor([7, -7], dtype=dtype), torch.tensor([2, 3], dtype=dtype)
+    executable = accel_target.build(accel_target.from_torch(Op(fn).eval(), (a, b)))
+    least, minus_one = torch.tensor([torch.iinfo(dtype).min, 9], dtype=dtype), torch.tensor([-1, -1], dtype=dtype)
+    (ours,) = run_outputs(executable, least.numpy(), minus_one.numpy())
+    np.testing.assert_array_equal(ours, fn(least, minus_one).numpy())
