@@ -8,6 +8,9 @@ against the TVM release it was written for (`TESTED`).
   takes the launch pointer's place (runtime/pool.py).
 - `onnx_converters`: TVM's ONNX importer takes no custom converters; it reads its table from
   ``onnx_frontend._get_convert_map``, which is swapped, under a lock, while accel imports.
+- `torch_accumulators`: TVM's PyTorch importer emits every conv, matmul and linear with
+  ``out_dtype="float32"``; the Relax op functions it calls are wrapped, under a lock, while
+  accel imports.
 - `vm_codegen`, `vm_link`: ``tvm.compile``'s two ends for a Relax module, which its
   ``relax.vm_build`` keeps private (``_vmcodegen``, and ``relax.VMLink`` in ``_vmlink``):
   accel_target.codegen generates the kernels' code between them.
@@ -23,6 +26,7 @@ import _ctypes
 import contextlib
 import ctypes
 import functools
+import inspect
 import os
 import threading
 import warnings
@@ -34,6 +38,7 @@ from tvm.relax import vm_build
 TESTED = "0.27."
 LAUNCH, BARRIER = "__TVMBackendParallelLaunch", "__TVMBackendParallelBarrier"
 _ONNX_LOCK = threading.Lock()
+_TORCH_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -93,6 +98,103 @@ def onnx_converters(extra: dict):
             yield
         finally:
             onnx_frontend._get_convert_map = original
+
+
+# (module, name) of the Relax ops TVM's PyTorch importer calls with out_dtype="float32"
+_FLOAT32_ACCUMULATING = [
+    *((relax.op.nn, f"conv{d}d{t}") for d in (1, 2, 3) for t in ("", "_transpose")),
+    (relax.op.linear_algebra, "matmul"),
+    (relax.op, "matmul"),
+    (relax.op, "linear"),
+]
+
+
+def _accumulating(op):
+    """`op` (a conv, matmul or linear) that, asked for float32 from data of another float
+    dtype, accumulates as PyTorch does (float64 data in float64; float16 / bfloat16 data in
+    float32) and gives the data's dtype; linear's bias is added after."""
+
+    def call(data, weight, *args, **kwargs):
+        dtype = str(data.ty.dtype)
+        if op.__name__ == "linear":
+            bias = args[0] if args else kwargs.pop("bias", None)
+            kwargs["out_dtype"] = args[1] if len(args) > 1 else kwargs.get("out_dtype")
+            args = (None,)
+        else:
+            bias = None
+        if kwargs.get("out_dtype") != "float32" or dtype not in ("float64", "float16", "bfloat16"):
+            return op(data, weight, *((bias,) if op.__name__ == "linear" else args), **kwargs)
+        accumulator = "float64" if dtype == "float64" else "float32"
+        found = op(data, weight, *args, **{**kwargs, "out_dtype": accumulator})
+        found = found if accumulator == dtype else relax.op.astype(found, dtype)
+        return found if bias is None else relax.op.add(found, bias)
+
+    return functools.wraps(op)(call)
+
+
+def _normalizing(op):
+    """`op` (layer_norm, group_norm, rms_norm: data, then its weights) computed as PyTorch does
+    for data of another float dtype: float16 / bfloat16 in float32 (TVM's kernels take
+    float32 and float16 only, and float16 loses what PyTorch keeps); float64 ones spelled out
+    in float64 (`_spelled_out`)."""
+
+    def call(data, *args, **kwargs):
+        dtype = str(data.ty.dtype)
+        given = inspect.signature(op).bind(data, *args, **kwargs)
+        given.apply_defaults()
+        values = given.arguments
+        if dtype in ("float16", "bfloat16"):
+            for name in ("data", "gamma", "beta", "weight"):
+                if name in values:
+                    values[name] = relax.op.astype(values[name], "float32")
+            return relax.op.astype(op(**values), dtype)
+        if dtype != "float64":
+            return op(data, *args, **kwargs)
+        return _spelled_out(op.__name__, data, values)
+
+    return functools.wraps(op)(call)
+
+
+def _spelled_out(name: str, data, values: dict):
+    """A layer, group or RMS norm of `data` as means in its dtype (`values`: the op's arguments
+    by name); a group norm's groups along axis 1, PyTorch's channels."""
+    dtype, shape = str(data.ty.dtype), list(data.ty.shape)
+    axes, grouped = values["axes"], data
+    if name == "group_norm":
+        grouped, axes = relax.op.reshape(data, [shape[0], values["num_groups"], -1]), [2]
+    axes = [axes] if isinstance(axes, int) else list(axes)
+    centred = grouped if name == "rms_norm" else relax.op.subtract(grouped, relax.op.mean(grouped, axes, True))
+    spread = relax.op.mean(relax.op.multiply(centred, centred), axes, True)
+    found = relax.op.divide(centred, relax.op.sqrt(relax.op.add(spread, relax.const(values["epsilon"], dtype))))
+    weight, bias = values.get("gamma", values.get("weight")), values.get("beta")
+    if name == "group_norm":
+        found = relax.op.reshape(found, shape)
+        channel = [1, -1] + [1] * (len(shape) - 2)
+        weight, bias = relax.op.reshape(weight, channel), relax.op.reshape(bias, channel)
+    found = relax.op.multiply(found, weight) if values.get("scale", True) else found
+    return relax.op.add(found, bias) if values.get("center", False) else found
+
+
+_NORMS = [(relax.op.nn, name) for name in ("layer_norm", "group_norm", "rms_norm")]
+
+
+@contextlib.contextmanager
+def torch_accumulators():
+    """Within the block, the convs, matmuls and linears TVM's PyTorch importer emits give the
+    dtype of their data, not float32 (a float16, bfloat16 or float64 model failed to import:
+    a float32 product beside a bias of the model's dtype)."""
+    if not supported("accel's float16 / bfloat16 / float64 import"):
+        yield
+        return
+    with _TORCH_LOCK:
+        originals = [(module, name, getattr(module, name)) for module, name in _FLOAT32_ACCUMULATING + _NORMS]
+        for module, name, op in originals:
+            setattr(module, name, _normalizing(op) if (module, name) in _NORMS else _accumulating(op))
+        try:
+            yield
+        finally:
+            for module, name, op in originals:
+                setattr(module, name, op)
 
 
 def vm_codegen(mod: tvm.IRModule) -> tuple[relax.ExecBuilder, tvm.IRModule]:

@@ -206,7 +206,12 @@ def as_relax(value) -> relax.Expr:
         return relax.Tuple([as_relax(v) for v in value])
     if value.is_complex():  # carried as (real, imaginary) pairs (accel_target/frontends/torch_complex.py)
         value = torch.view_as_real(value)
-    return array_constant(value.detach().contiguous().numpy())
+    value = value.detach().contiguous()
+    if value.dtype == torch.bfloat16:  # (numpy's is ml_dtypes', which PyTorch does not convert to)
+        import ml_dtypes
+
+        return array_constant(value.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
+    return array_constant(value.numpy())
 
 
 def folding(stock: Converter | None, name: str, folded: dict) -> Converter:

@@ -46,6 +46,7 @@ from tvm import relax
 
 from strategy.layout import array_constant, constant_array, same_dims, tensor_shape
 
+from .. import tvm_private
 from ..passes import indexing
 from . import torch_complex
 from .torch_attention import scaled_dot_product_attention
@@ -465,13 +466,14 @@ def import_program(program, *, keep_params_as_input: bool = False):
     program = decomposed(program)
     folded = input_independent_values(program, None if keep_params_as_input else _unconvertible)
     torch_complex.check(program, folded)
-    mod = from_exported_program(
-        program,
-        keep_params_as_input=keep_params_as_input,
-        unwrap_unit_return_tuple=True,
-        custom_convert_map=convert_map(folded),
-        run_ep_decomposition=False,
-    )
+    with tvm_private.torch_accumulators():
+        mod = from_exported_program(
+            program,
+            keep_params_as_input=keep_params_as_input,
+            unwrap_unit_return_tuple=True,
+            custom_convert_map=convert_map(folded),
+            run_ep_decomposition=False,
+        )
     return indexing.checked_indexing(mod)
 
 

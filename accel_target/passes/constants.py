@@ -28,9 +28,14 @@ class _ConstantSharer(PyExprMutator):
             return const
         if const not in self.shared:
             array = const.value.numpy()
-            key = (str(array.dtype), array.shape, hashlib.blake2b(np.ascontiguousarray(array).data).digest())
+            key = (str(array.dtype), array.shape, _digest(array))
             self.shared[const] = self.first.setdefault(key, const)
         return self.shared[const]
+
+
+def _digest(array: np.ndarray) -> bytes:
+    """A digest of `array`'s bytes, read in place (as bytes: Python's buffers have no bfloat16)."""
+    return hashlib.blake2b(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).digest()
 
 
 @tvm.transform.module_pass(opt_level=0, name="ShareConstants")

@@ -69,8 +69,9 @@ class Model:
                 f"accel model: input {index} ({spec.name}): "
                 f"expected a tensor on {self.device}, given one on {value.device}"
             )
-        if self.check_finite:
-            check_finite(value.numpy() if self.session is not None else np.from_dlpack(value), spec, index)
+        if self.check_finite:  # (a copy where numpy cannot view the dtype: bfloat16, as ml_dtypes')
+            local = self.session is None and spec.dtype != "bfloat16"
+            check_finite(np.from_dlpack(value) if local else value.numpy(), spec, index)
         return value
 
     def check_inputs(self, inputs) -> list:

@@ -198,6 +198,8 @@ def as_array(value, spec: TensorSpec, index: int):
     try:
         return np.asarray(value)
     except Exception as err:
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":  # (numpy has no bfloat16)
+            return tvm.runtime.from_dlpack(value.detach())
         raise TypeError(
             f"accel model: input {index} ({spec.name}): expected a tvm.runtime.Tensor or an array "
             f"(numpy, PyTorch CPU tensor), given {type(value).__name__}: {err}"
@@ -309,7 +311,7 @@ def _raise_shape(given: tuple, spec: TensorSpec, index: int, problem: str):
 
 
 def check_finite(array: np.ndarray, spec: TensorSpec, index: int) -> None:
-    if array.dtype.kind != "f" or np.isfinite(array).all():
+    if (array.dtype.kind != "f" and array.dtype.name != "bfloat16") or np.isfinite(array).all():
         return
     nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
     raise ValueError(

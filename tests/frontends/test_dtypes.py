@@ -1,0 +1,64 @@
+"""Models in float64, float16 and bfloat16 (``model.to(dtype)``): TVM's PyTorch importer gave
+every conv, matmul and linear a float32 result, so none imported; its layer and group norms
+take float32 and float16 only (accel_target/tvm_private.torch_accumulators). Products accumulate
+as PyTorch's do (float16 / bfloat16 in float32), norms of half types run in float32; inputs
+and outputs keep the model's dtype, bfloat16 too (through DLPack)."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import accel_target
+
+# the error allowed relative to the output's largest magnitude: a few of the dtype's steps
+TOLERANCE = {torch.float64: 1e-12, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+class Convolutional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(8, 4)
+        self.groups = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        x = self.groups(nn.functional.gelu(self.norm(self.conv(x))))
+        return self.head(x.mean((2, 3))).softmax(-1)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=str)
+@pytest.mark.parametrize("model, shape", [(Convolutional, (1, 3, 8, 8)), (Encoder, (2, 5, 16))], ids=["cnn", "encoder"])
+def test_a_model_in_another_float_dtype_matches_pytorch(model, shape, dtype):
+    torch.manual_seed(0)
+    model, x = model().eval(), torch.randn(shape)
+    with torch.no_grad():
+        exact = model.double()(x.double()).numpy()
+        model, x = model.to(dtype), x.to(dtype)
+        executable = accel_target.build(accel_target.from_torch(model, (x,)))
+        ours = torch.from_dlpack(executable(x))
+    assert accel_target.report(executable).declines == ()  # (ShareConstants read bfloat16 too)
+    assert ours.dtype == dtype
+    scale = float(np.abs(exact).max())
+    assert float(np.abs(ours.double().numpy() - exact).max()) <= TOLERANCE[dtype] * scale
+
+
+class Table(nn.Module):
+    """A table that depends on no input (computed by PyTorch at import, in bfloat16)."""
+
+    def forward(self, x):
+        return x * torch.arange(1, x.shape[-1] + 1, dtype=x.dtype).exp()
+
+
+def test_a_bfloat16_value_computed_at_import_matches_pytorch():
+    x = torch.randn(2, 6).bfloat16()
+    ours = torch.from_dlpack(accel_target.build(accel_target.from_torch(Table().eval(), (x,)))(x))
+    assert torch.equal(ours, Table()(x))
