@@ -9,8 +9,8 @@ against the TVM release it was written for (`TESTED`).
 - `onnx_converters`: TVM's ONNX importer takes no custom converters; it reads its table from
   ``onnx_frontend._get_convert_map``, which is swapped, under a lock, while accel imports.
 - `torch_accumulators`: TVM's PyTorch importer emits every conv, matmul and linear with
-  ``out_dtype="float32"``; the Relax op functions it calls are wrapped, under a lock, while
-  accel imports.
+  ``out_dtype="float32"``, and its norms' kernels take float32 and float16 only; the Relax op
+  functions it looks up in ``relax.op`` are wrapped, under a lock, while accel imports.
 - `vm_codegen`, `vm_link`: ``tvm.compile``'s two ends for a Relax module, which its
   ``relax.vm_build`` keeps private (``_vmcodegen``, and ``relax.VMLink`` in ``_vmlink``):
   accel_target.codegen generates the kernels' code between them.
@@ -112,21 +112,23 @@ _FLOAT32_ACCUMULATING = [
 def _accumulating(op):
     """`op` (a conv, matmul or linear) that, asked for float32 from data of another float
     dtype, accumulates as PyTorch does (float64 data in float64; float16 / bfloat16 data in
-    float32) and gives the data's dtype; linear's bias is added after."""
+    float32) and gives the data's dtype; a linear's bias is added after."""
+    signature = inspect.signature(op)
+    first = next(iter(signature.parameters))
 
-    def call(data, weight, *args, **kwargs):
-        dtype = str(data.ty.dtype)
-        if op.__name__ == "linear":
-            bias = args[0] if args else kwargs.pop("bias", None)
-            kwargs["out_dtype"] = args[1] if len(args) > 1 else kwargs.get("out_dtype")
-            args = (None,)
-        else:
-            bias = None
-        if kwargs.get("out_dtype") != "float32" or dtype not in ("float64", "float16", "bfloat16"):
-            return op(data, weight, *((bias,) if op.__name__ == "linear" else args), **kwargs)
-        accumulator = "float64" if dtype == "float64" else "float32"
-        found = op(data, weight, *args, **{**kwargs, "out_dtype": accumulator})
-        found = found if accumulator == dtype else relax.op.astype(found, dtype)
+    def call(*args, **kwargs):
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        values = given.arguments
+        dtype = str(values[first].ty.dtype)
+        if values.get("out_dtype") != "float32" or dtype not in ("float64", "float16", "bfloat16"):
+            return op(*args, **kwargs)
+        values["out_dtype"] = "float64" if dtype == "float64" else "float32"
+        bias = values.get("bias")
+        if bias is not None:
+            values["bias"] = None
+        found = op(**values)
+        found = found if values["out_dtype"] == dtype else relax.op.astype(found, dtype)
         return found if bias is None else relax.op.add(found, bias)
 
     return functools.wraps(op)(call)
@@ -182,7 +184,8 @@ _NORMS = [(relax.op.nn, name) for name in ("layer_norm", "group_norm", "rms_norm
 def torch_accumulators():
     """Within the block, the convs, matmuls and linears TVM's PyTorch importer emits give the
     dtype of their data, not float32 (a float16, bfloat16 or float64 model failed to import:
-    a float32 product beside a bias of the model's dtype)."""
+    a float32 product beside a bias of the model's dtype), and its layer, group and RMS norms
+    take any float dtype (`_normalizing`)."""
     if not supported("accel's float16 / bfloat16 / float64 import"):
         yield
         return
