@@ -100,6 +100,13 @@ def onnx_converters(extra: dict):
             onnx_frontend._get_convert_map = original
 
 
+def _typed(expr: relax.Expr) -> relax.Expr:
+    """`expr` normalized by the block builder of the import, so that its type is known to the
+    converter that asked for it (TVM's read ``.ty.dtype`` of what an op returned)."""
+    builder = relax.BlockBuilder.current()
+    return expr if builder is None else builder.normalize(expr)
+
+
 # (module, name) of the Relax ops TVM's PyTorch importer calls with out_dtype="float32"
 _FLOAT32_ACCUMULATING = [
     *((relax.op.nn, f"conv{d}d{t}") for d in (1, 2, 3) for t in ("", "_transpose")),
@@ -129,7 +136,7 @@ def _accumulating(op):
             values["bias"] = None
         found = op(**values)
         found = found if values["out_dtype"] == dtype else relax.op.astype(found, dtype)
-        return found if bias is None else relax.op.add(found, bias)
+        return _typed(found if bias is None else relax.op.add(found, bias))
 
     return functools.wraps(op)(call)
 
@@ -149,10 +156,10 @@ def _normalizing(op):
             for name in ("data", "gamma", "beta", "weight"):
                 if name in values:
                     values[name] = relax.op.astype(values[name], "float32")
-            return relax.op.astype(op(**values), dtype)
+            return _typed(relax.op.astype(op(**values), dtype))
         if dtype != "float64":
             return op(data, *args, **kwargs)
-        return _spelled_out(op.__name__, data, values)
+        return _typed(_spelled_out(op.__name__, data, values))
 
     return functools.wraps(op)(call)
 
@@ -180,19 +187,42 @@ def _spelled_out(name: str, data, values: dict):
 _NORMS = [(relax.op.nn, name) for name in ("layer_norm", "group_norm", "rms_norm")]
 
 
+def _in_float32(op):
+    """`op` (power, whose type check takes no bfloat16 for a float) of bfloat16 operands in
+    float32, as PyTorch computes it, the result rounded back."""
+
+    def call(*args, **kwargs):
+        args = [_typed(a) if isinstance(a, relax.Expr) else a for a in args]
+        bfloat16 = [str(getattr(getattr(a, "ty", None), "dtype", "")) == "bfloat16" for a in args]
+        if not any(bfloat16):
+            return op(*args, **kwargs)
+        widened = [relax.op.astype(a, "float32") if wide else a for a, wide in zip(args, bfloat16, strict=True)]
+        return _typed(relax.op.astype(op(*widened, **kwargs), "bfloat16"))
+
+    return functools.wraps(op)(call)
+
+
+_BFLOAT16_REFUSED = [(relax.op, "power")]
+
+
 @contextlib.contextmanager
 def torch_accumulators():
     """Within the block, the convs, matmuls and linears TVM's PyTorch importer emits give the
     dtype of their data, not float32 (a float16, bfloat16 or float64 model failed to import:
-    a float32 product beside a bias of the model's dtype), and its layer, group and RMS norms
-    take any float dtype (`_normalizing`)."""
+    a float32 product beside a bias of the model's dtype), its layer, group and RMS norms take
+    any float dtype (`_normalizing`), and power takes bfloat16 (`_in_float32`)."""
     if not supported("accel's float16 / bfloat16 / float64 import"):
         yield
         return
     with _TORCH_LOCK:
-        originals = [(module, name, getattr(module, name)) for module, name in _FLOAT32_ACCUMULATING + _NORMS]
+        wrappers = {
+            **{where: _accumulating for where in _FLOAT32_ACCUMULATING},
+            **{where: _normalizing for where in _NORMS},
+            **{where: _in_float32 for where in _BFLOAT16_REFUSED},
+        }
+        originals = [(module, name, getattr(module, name)) for module, name in wrappers]
         for module, name, op in originals:
-            setattr(module, name, _normalizing(op) if (module, name) in _NORMS else _accumulating(op))
+            setattr(module, name, wrappers[module, name](op))
         try:
             yield
         finally:

@@ -55,8 +55,9 @@ def test_tvms_onnx_importer_reads_its_table_where_accel_adds_converters():
 
 
 def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attributes():
-    """TVM's converters look the conv, matmul, linear and norm ops up in relax.op when they
-    run (and ask the products for float32): wrapped within torch_accumulators, restored after."""
+    """TVM's converters look the conv, matmul, linear, norm and power ops up in relax.op when
+    they run (and ask the products for float32): wrapped within torch_accumulators, restored
+    after."""
     import inspect
 
     from tvm import relax
@@ -64,9 +65,10 @@ def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attribu
 
     source = inspect.getsource(base_fx_graph_translator)
     assert "relax.op.nn.conv2d(" in source and 'out_dtype="float32"' in source
-    originals = [getattr(module, name) for module, name in tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS]
+    wrapped = tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS + tvm_private._BFLOAT16_REFUSED
+    originals = [getattr(module, name) for module, name in wrapped]
     with tvm_private.torch_accumulators():
         assert relax.op.nn.conv2d is not originals[2] and relax.op.nn.layer_norm.__wrapped__ is not None
-    assert [getattr(m, n) for m, n in tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS] == originals
+    assert [getattr(module, name) for module, name in wrapped] == originals
     for name, arguments in [("layer_norm", {"gamma", "beta", "axes", "epsilon"}), ("rms_norm", {"weight", "axes"})]:
         assert arguments <= set(inspect.signature(getattr(relax.op.nn, name)).parameters)

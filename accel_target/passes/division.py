@@ -4,7 +4,8 @@
 TVM compiles an integer ``divide``, ``floor_divide``, ``mod`` or ``floor_mod`` to the CPU's
 division instruction, which traps on a zero divisor: the VM's process died of SIGFPE (a
 ``torch.remainder`` by a count the data gives, an index computed by ``//``). Each such op
-whose divisor is not a constant without zeros reads its divisor plus a tensor of zeros that
+whose divisor is not a constant without zeros (a constant 0 is refused at build by
+ZeroConstants) reads its divisor plus a tensor of zeros that
 the index check kernel (accel_target/passes/indexing.py) returns: it marks a zero divisor -1,
 outside [0, 1), and fails the call naming the op before the division runs. A signed division
 by -1 is computed as a negation (a remainder of 0): the least integer divided by -1 traps too,
@@ -27,8 +28,11 @@ from .relax_util import rewrite_functions
 _DIVISIONS = ("relax.divide", "relax.floor_divide", "relax.mod", "relax.floor_mod")
 
 
-def _has_no_zero(divisor: relax.Expr) -> bool:
-    return isinstance(divisor, Constant) and bool((constant_array(divisor) != 0).all())
+def _checked_elsewhere(divisor: relax.Expr) -> bool:
+    """A constant without zeros, or one number (ZeroConstants refuses a 0 at build)."""
+    if not isinstance(divisor, Constant):
+        return False
+    return divisor.ty.ndim == 0 or bool((constant_array(divisor) != 0).all())
 
 
 @mutator
@@ -39,7 +43,7 @@ class _CheckDivisors(PyExprMutator):
             return call
         divisor = call.args[1]
         dtype, shape = str(getattr(divisor.ty, "dtype", "")), tensor_shape(divisor)
-        if not dtype.startswith(("int", "uint")) or shape is None or _has_no_zero(divisor):
+        if not dtype.startswith(("int", "uint")) or shape is None or _checked_elsewhere(divisor):
             return call
         op = call.op.name[len("relax.") :]
         message = f"{op}: an integer division by zero (a divisor known at run time is 0), which PyTorch refuses too"
