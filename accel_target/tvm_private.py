@@ -187,22 +187,33 @@ def _spelled_out(name: str, data, values: dict):
 _NORMS = [(relax.op.nn, name) for name in ("layer_norm", "group_norm", "rms_norm")]
 
 
-def _in_float32(op):
-    """`op` (power, whose type check takes no bfloat16 for a float) of bfloat16 operands in
-    float32, as PyTorch computes it, the result rounded back."""
+def _in_float32(widened_dtypes: tuple):
+    """An op of operands of `widened_dtypes` computed in float32, as PyTorch computes them,
+    the result rounded back: a reduction or softmax of float16 / bfloat16 (TVM's accumulate in
+    the half type: a wav2vec-style model was 5x PyTorch's error in bfloat16), power of bfloat16
+    (TVM's type check takes no bfloat16 for a float)."""
 
-    def call(*args, **kwargs):
-        args = [_typed(a) if isinstance(a, relax.Expr) else a for a in args]
-        bfloat16 = [str(getattr(getattr(a, "ty", None), "dtype", "")) == "bfloat16" for a in args]
-        if not any(bfloat16):
-            return op(*args, **kwargs)
-        widened = [relax.op.astype(a, "float32") if wide else a for a, wide in zip(args, bfloat16, strict=True)]
-        return _typed(relax.op.astype(op(*widened, **kwargs), "bfloat16"))
+    def wrap(op):
+        def call(*args, **kwargs):
+            args = [_typed(a) if isinstance(a, relax.Expr) else a for a in args]
+            dtypes = [str(getattr(getattr(a, "ty", None), "dtype", "")) for a in args]
+            half = next((d for d in dtypes if d in widened_dtypes), None)
+            if half is None:
+                return op(*args, **kwargs)
+            widened = [relax.op.astype(a, "float32") if d == half else a for a, d in zip(args, dtypes, strict=True)]
+            found = _typed(op(*widened, **kwargs))
+            return _typed(relax.op.astype(found, half)) if str(found.ty.dtype) == "float32" else found
 
-    return functools.wraps(op)(call)
+        return functools.wraps(op)(call)
+
+    return wrap
 
 
-_BFLOAT16_REFUSED = [(relax.op, "power")]
+_HALF_IN_FLOAT32 = {
+    **{(relax.op, name): ("float16", "bfloat16") for name in ("sum", "mean", "variance", "std", "prod", "cumsum")},
+    **{(relax.op.nn, name): ("float16", "bfloat16") for name in ("softmax", "log_softmax")},
+    (relax.op, "power"): ("bfloat16",),
+}
 
 
 @contextlib.contextmanager
@@ -210,7 +221,8 @@ def torch_accumulators():
     """Within the block, the convs, matmuls and linears TVM's PyTorch importer emits give the
     dtype of their data, not float32 (a float16, bfloat16 or float64 model failed to import:
     a float32 product beside a bias of the model's dtype), its layer, group and RMS norms take
-    any float dtype (`_normalizing`), and power takes bfloat16 (`_in_float32`)."""
+    any float dtype (`_normalizing`), and reductions, softmax and power of half types run in
+    float32 (`_in_float32`)."""
     if not supported("accel's float16 / bfloat16 / float64 import"):
         yield
         return
@@ -218,7 +230,7 @@ def torch_accumulators():
         wrappers = {
             **{where: _accumulating for where in _FLOAT32_ACCUMULATING},
             **{where: _normalizing for where in _NORMS},
-            **{where: _in_float32 for where in _BFLOAT16_REFUSED},
+            **{where: _in_float32(dtypes) for where, dtypes in _HALF_IN_FLOAT32.items()},
         }
         originals = [(module, name, getattr(module, name)) for module, name in wrappers]
         for module, name, op in originals:

@@ -55,8 +55,8 @@ def test_tvms_onnx_importer_reads_its_table_where_accel_adds_converters():
 
 
 def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attributes():
-    """TVM's converters look the conv, matmul, linear, norm and power ops up in relax.op when
-    they run (and ask the products for float32): wrapped within torch_accumulators, restored
+    """TVM's converters look the conv, matmul, linear, norm, reduction and power ops up in
+    relax.op when they run (and ask the products for float32): wrapped within torch_accumulators, restored
     after."""
     import inspect
 
@@ -65,7 +65,7 @@ def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attribu
 
     source = inspect.getsource(base_fx_graph_translator)
     assert "relax.op.nn.conv2d(" in source and 'out_dtype="float32"' in source
-    wrapped = tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS + tvm_private._BFLOAT16_REFUSED
+    wrapped = tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS + list(tvm_private._HALF_IN_FLOAT32)
     originals = [getattr(module, name) for module, name in wrapped]
     with tvm_private.torch_accumulators():
         assert relax.op.nn.conv2d is not originals[2] and relax.op.nn.layer_norm.__wrapped__ is not None
