@@ -3,14 +3,13 @@
 
 TVM compiles an integer ``divide``, ``floor_divide``, ``mod`` or ``floor_mod`` to the CPU's
 division instruction, which traps on a zero divisor: the VM's process died of SIGFPE (a
-``torch.remainder`` by a count the data gives, an index computed by ``//``). Each such op
-whose divisor is not a constant without zeros (a constant 0 is refused at build by
-ZeroConstants) reads its divisor plus a tensor of zeros that
-the index check kernel (accel_target/passes/indexing.py) returns: it marks a zero divisor -1,
-outside [0, 1), and fails the call naming the op before the division runs. A signed division
-by -1 is computed as a negation (a remainder of 0): the least integer divided by -1 traps too,
-where PyTorch's floor division wraps to the least integer. Float division is left alone (a zero
-gives inf or NaN).
+``torch.remainder`` by a count the data gives, an index computed by ``//``). Each such op whose
+divisor is not a constant without zeros (ZeroConstants refuses a constant 0 at build) reads its
+divisor plus the tensor of zeros that the index check kernel (accel_target/passes/indexing.py)
+returns for it: a zero divisor, marked -1, lies outside [0, 1), and the call fails naming the op
+before the division runs. A signed division by -1 is computed as a negation (a remainder of 0):
+the least integer divided by -1 traps too, where PyTorch's floor division wraps to the least
+integer. Float division is left alone (a zero gives inf or NaN).
 """
 
 from __future__ import annotations
