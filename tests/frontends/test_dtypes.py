@@ -80,3 +80,29 @@ def test_half_type_reductions_accumulate_in_float32_as_pytorchs(dtype):
     theirs = Reductions()(half)
     error = lambda y: float(np.abs(y.double().numpy() - exact).max())  # noqa: E731
     assert error(ours) <= 2 * error(theirs) + 1e-6
+
+
+class Activations(nn.Module):
+    """Mamba's time step, softplus(dt + bias) of bfloat16 values, computed in float32 by
+    FastMath's form: the bfloat16 add fused inside the let that binds the form's input escaped
+    TVM's bfloat16 legalization (Falcon-Mamba had no code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.bias = nn.Linear(16, 16, bias=False), nn.Parameter(torch.linspace(-2, 2, 16))
+
+    def forward(self, x):
+        dt = self.proj(x).transpose(1, 2) + self.bias[:, None]  # [batch, channels, length]
+        return nn.functional.softplus(dt.float()).unsqueeze(-1) * 2
+
+
+def test_fast_activations_of_bfloat16_values_build_and_match_pytorch():
+    x = torch.randn(1, 8, 16)
+    model = Activations().eval()
+    exact = model.double()(x.double()).detach().numpy()
+    model, x = model.bfloat16(), x.bfloat16()
+    with torch.no_grad():
+        ours = torch.from_dlpack(accel_target.build(accel_target.from_torch(model, (x,)))(x))
+        theirs = model(x)
+    error = lambda y: float(np.abs(y.double().numpy() - exact).max())  # noqa: E731
+    assert error(ours) <= 2 * error(theirs)
