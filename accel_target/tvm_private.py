@@ -107,6 +107,11 @@ def _typed(expr: relax.Expr) -> relax.Expr:
     return expr if builder is None else builder.normalize(expr)
 
 
+def _untyped(value) -> bool:
+    """Whether `value` is an expression of no tensor type yet (an op's call not yet emitted)."""
+    return isinstance(value, relax.Expr) and not isinstance(getattr(value, "ty", None), relax.TensorType)
+
+
 # (module, name) of the Relax ops TVM's PyTorch importer calls with out_dtype="float32"
 _FLOAT32_ACCUMULATING = [
     *((relax.op.nn, f"conv{d}d{t}") for d in (1, 2, 3) for t in ("", "_transpose")),
@@ -147,9 +152,11 @@ def _normalizing(op):
     float32 and float16 only, and float16 loses what PyTorch keeps); float64 ones spelled out
     in float64 (`_spelled_out`)."""
 
+    signature = inspect.signature(op)
+
     def call(data, *args, **kwargs):
         dtype = str(data.ty.dtype)
-        given = inspect.signature(op).bind(data, *args, **kwargs)
+        given = signature.bind(data, *args, **kwargs)
         given.apply_defaults()
         values = given.arguments
         if dtype in ("float16", "bfloat16"):
@@ -195,7 +202,10 @@ def _in_float32(widened_dtypes: tuple):
 
     def wrap(op):
         def call(*args, **kwargs):
-            args = [_typed(a) if isinstance(a, relax.Expr) else a for a in args]
+            # (an operand of no type yet, an op's call not emitted, normalized to learn its dtype)
+            args = [
+                _typed(a) if isinstance(a, relax.Expr) and not isinstance(a.ty, relax.TensorType) else a for a in args
+            ]
             dtypes = [str(getattr(getattr(a, "ty", None), "dtype", "")) for a in args]
             half = next((d for d in dtypes if d in widened_dtypes), None)
             if half is None:

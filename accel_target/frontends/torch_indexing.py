@@ -29,6 +29,7 @@ from ..passes.relax_util import is_floating
 from .torch_complex import cast
 from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
+from .torch_math import order_key
 from .torch_pool import refuse_unread
 from .torch_promote import theirs
 
@@ -415,8 +416,6 @@ def unique(node, importer) -> relax.Expr:
     order (torch.unique sorts whatever `sorted` says, as PyTorch's CPU kernel does); where each
     element of x went; how many each has. A NaN is distinct from every value, itself too, as in
     PyTorch. An output not asked for is empty, as in PyTorch."""
-    from .torch_math import order_key
-
     bb = importer.block_builder
     x = importer.env[node.args[0]]
     op = node.target.__name__.split(".")[0]

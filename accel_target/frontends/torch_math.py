@@ -20,6 +20,9 @@ from .torch_complex import node_arg as _arg
 from .torch_fold import Converter
 from .torch_promote import promoting
 
+# the integer type of each float type's bits (a float's sign bit and sort order read from them)
+_BITS = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
+
 
 def _nan_ignoring(op) -> callable:
     """fmax / fmin: `op` of the two, or the other where one is NaN (NaN where both are)."""
@@ -33,8 +36,7 @@ def _nan_ignoring(op) -> callable:
 
 
 def _signbit_te(x: te.Tensor) -> te.Tensor:
-    bits = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}[str(x.dtype)]
-    return te.compute(x.shape, lambda *i: tirx.reinterpret(bits, x(*i)) < 0, name="signbit")
+    return te.compute(x.shape, lambda *i: tirx.reinterpret(_BITS[str(x.dtype)], x(*i)) < 0, name="signbit")
 
 
 def _signbit(bb: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:
@@ -306,9 +308,6 @@ def _cumulative_extremum(largest: bool) -> Converter:
         return bb.emit(relax.Tuple(_scan(bb, [x, indices], axis, combine)))
 
     return convert
-
-
-_BITS = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
 
 
 def _order_key_te(x: te.Tensor) -> te.Tensor:
