@@ -133,6 +133,9 @@ def graph_passes() -> list[tvm.transform.Pass]:
             quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)
             relax.transform.FoldBatchnormToConv2D(),
             relax.transform.DecomposeOpsForInference(),
+            # a batch norm left unfolded is a tuple of its result and its statistics: reading
+            # the result from it, not through the tuple, lets its relu fuse with it
+            relax.transform.CanonicalizeBindings(),
             WholeInputPooling(),
             SimplifyLayouts(),  # before folding: a broadcast weight must not become a constant
             FoldConstantNumpy(),

@@ -179,3 +179,29 @@ def test_an_nchw_input_read_twice_is_transposed_once():
     executable = accel_target.build(accel_target.from_torch(model, (x,)))
     assert_close(run_executable(executable, x.numpy()), model(x).detach().numpy())
     assert accel_target.report(executable).kernels.activation_transforms == 2  # the input's and the output's
+
+
+class PreActivation(nn.Module):
+    """Batch norms that no conv's weights can take: after a conv with a bias, and after a
+    concatenation (DenseNet's, pre-activation ResNets')."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(16, 8, 1)
+        self.norm_a, self.norm_b = nn.BatchNorm2d(8), nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        y = torch.relu(self.norm_a(self.a(x)))
+        return self.b(torch.relu(self.norm_b(torch.cat([y, y * 2], 1))))
+
+
+def test_a_relu_after_an_unfolded_batch_norm_fuses_with_it():
+    """TVM's inference form of a batch norm is a tuple (result, mean, variance): its relu read
+    the result through the tuple and FuseOps made it a kernel of its own."""
+    torch.manual_seed(0)
+    model, x = randomize_norms(PreActivation()), torch.randn(1, 3, 8, 8)
+    executable = accel_target.build(accel_target.from_torch(model, (x,)), input_layout="NHWC", output_layout="NHWC")
+    out = run_executable(executable, x.permute(0, 2, 3, 1).contiguous().numpy())
+    assert_close(out, model(x).detach().permute(0, 2, 3, 1).numpy())
+    calls = accel_target.report(executable).kernels.calls
+    assert not [name for name in calls if name.startswith(("relu", "fused_relu"))], calls
