@@ -77,7 +77,9 @@ def promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
     int64 tensor (JetMoE's ``div(x, 2, rounding_mode="trunc")``: no import). A comparison of
     bools compares int32s (TVM compiles one of bools to a float comparison LLVM rejects:
     XLM's ``mask == 0``); a sum or product of bools is their ``or`` / ``and``, as in
-    PyTorch. An operand that is neither tensor nor number: TVM's converter."""
+    PyTorch. Half types compute in float32, PyTorch's op math, and round once: a scalar given
+    the tensor's dtype left ``x / 1e6`` of float16 values all 0 (1e6 is inf in float16). An
+    operand that is neither tensor nor number: TVM's converter."""
 
     def convert(node, importer) -> relax.Expr:
         args = list(node.args[:2])
@@ -89,12 +91,14 @@ def promoting(op, kind: str = "DEFAULT", swap: bool = False) -> Converter:
             dtype = "int32"
         elif dtype == "bool":  # (LLVM cannot multiply bools; PyTorch's sum and product of bools)
             compute = _LOGICAL.get(op, op)
-        lhs, rhs = (_operand(importer, a, dtype) for a in (args[::-1] if swap else args))
+        math = "float32" if dtype in ("float16", "bfloat16") else dtype
+        lhs, rhs = (_operand(importer, a, math) for a in (args[::-1] if swap else args))
         bb = importer.block_builder
         alpha = _scalar(node, 2, "alpha", 1)
         if alpha != 1:
-            rhs = bb.emit(relax.op.multiply(rhs, relax.const(alpha, dtype)))
-        return bb.emit(compute(lhs, rhs))
+            rhs = bb.emit(relax.op.multiply(rhs, relax.const(alpha, math)))
+        found = bb.emit(compute(lhs, rhs))
+        return found if str(found.ty.dtype) != math or math == dtype else bb.emit(relax.op.astype(found, dtype))
 
     return convert
 

@@ -106,3 +106,19 @@ def test_fast_activations_of_bfloat16_values_build_and_match_pytorch():
         theirs = model(x)
     error = lambda y: float(np.abs(y.double().numpy() - exact).max())  # noqa: E731
     assert error(ours) <= 2 * error(theirs)
+
+
+class Scaled(nn.Module):
+    def forward(self, x):
+        return x / 1e6, x * 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_python_number_beside_half_type_values_keeps_its_value(dtype):
+    """PyTorch computes a half type's op with a number in float32 and rounds once; the number
+    given the tensor's dtype made 1e6 inf in float16 (x / 1e6 all 0) and 0.1 0.10009765625 in
+    bfloat16."""
+    x = (torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 1000).to(dtype)
+    ours = accel_target.build(accel_target.from_torch(Scaled(), (x,)))(x)
+    for found, expected in zip(ours, Scaled()(x), strict=True):
+        assert torch.equal(torch.from_dlpack(found), expected)
