@@ -66,6 +66,7 @@ from .passes.quantize import quantize_qdq
 from .passes.read_input_nchw import ReadInputNCHW
 from .passes.simplify_layouts import SimplifyLayouts
 from .passes.whole_input_pooling import WholeInputPooling
+from .passes.widen import widen_half_types
 from .reporting import calls_of
 from .target import is_accel
 
@@ -128,6 +129,7 @@ def graph_passes() -> list[tvm.transform.Pass]:
     return [
         contained(p)
         for p in [
+            widen_half_types,  # float16 / bfloat16 models in float32 (accel_target/passes/widen.py)
             check_indexing,  # indices inside their tensors, or an error (accel_target/indexing.py)
             check_divisors,  # an integer division by zero an error, not SIGFPE (accel_target/passes/division.py)
             quantize_qdq,  # QDQ graphs to integer conv2d / matmul + requantize (accel_target/quantize.py)

@@ -123,8 +123,10 @@ _FLOAT32_ACCUMULATING = [
 
 def _accumulating(op):
     """`op` (a conv, matmul or linear) that, asked for float32 from data of another float
-    dtype, accumulates as PyTorch does (float64 data in float64; float16 / bfloat16 data in
-    float32) and gives the data's dtype; a linear's bias is added after."""
+    dtype, computes as PyTorch does and gives the data's dtype: float64 data in float64 (a
+    linear's bias added after); float16 / bfloat16 data widened to float32, so that the
+    product and its bias run in accel's float32 kernels (the weights widened at compile time)
+    and round once, where TVM's kernels of a half type run tens of times slower."""
     signature = inspect.signature(op)
     first = next(iter(signature.parameters))
 
@@ -135,12 +137,15 @@ def _accumulating(op):
         dtype = str(values[first].ty.dtype)
         if values.get("out_dtype") != "float32" or dtype not in ("float64", "float16", "bfloat16"):
             return op(*args, **kwargs)
-        values["out_dtype"] = "float64" if dtype == "float64" else "float32"
-        bias = values.get("bias")
+        if dtype != "float64":
+            for name, value in values.items():
+                if isinstance(value, relax.Expr) and str(getattr(value.ty, "dtype", "")) == dtype:
+                    values[name] = relax.op.astype(value, "float32")
+            return _typed(relax.op.astype(op(**values), dtype))
+        values["out_dtype"], bias = "float64", values.get("bias")
         if bias is not None:
             values["bias"] = None
         found = op(**values)
-        found = found if values["out_dtype"] == dtype else relax.op.astype(found, dtype)
         return _typed(found if bias is None else relax.op.add(found, bias))
 
     return functools.wraps(op)(call)

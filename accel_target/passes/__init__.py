@@ -6,6 +6,7 @@ Before the pipeline, on the model's signature (accel_target.build):
 
 In pipeline order (accel_target.pipeline: graph_passes, legalize_passes, kernel_passes):
 
+    widen                 WidenHalfTypes: float16 / bfloat16 models computed in float32, outputs rounded
     indexing              CheckIndexing: indices inside their tensors, or an error naming the op
     division              CheckDivisors: an integer division by zero an error naming the op, not SIGFPE
     quantize              QuantizeQDQ: quantize / dequantize graphs to integer conv2d / matmul + requantize

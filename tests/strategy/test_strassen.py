@@ -77,7 +77,7 @@ def test_a_single_core_target_gets_serial_sums():
         pytest.param(rand(130, 1024), rand(1024, 514), id="too-few-outputs"),
         pytest.param(rand(129, 768), rand(768, 768), id="odd-rows"),
         pytest.param(rand(128, 769), rand(769, 768), id="odd-inputs"),
-        pytest.param(rand(128, 768, dtype="float16"), rand(768, 768, dtype="float16"), id="float16"),
+        pytest.param(rand(128, 768, dtype="float64"), rand(768, 768, dtype="float64"), id="float64"),
     ],
 )
 def test_a_product_it_does_not_pay_for_stays_as_it_is(x, w):
