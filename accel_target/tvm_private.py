@@ -8,9 +8,10 @@ against the TVM release it was written for (`TESTED`).
   takes the launch pointer's place (runtime/pool.py).
 - `onnx_converters`: TVM's ONNX importer takes no custom converters; it reads its table from
   ``onnx_frontend._get_convert_map``, which is swapped, under a lock, while accel imports.
-- `torch_accumulators`: TVM's PyTorch importer emits every conv, matmul and linear with
+- `torch_importer`: TVM's PyTorch importer emits every conv, matmul and linear with
   ``out_dtype="float32"``, and its norms' kernels take float32 and float16 only; the Relax op
-  functions it looks up in ``relax.op`` are wrapped, under a lock, while accel imports.
+  functions it looks up in ``relax.op`` are wrapped, under a lock, while accel imports, as is
+  its conversion of weights (``ExportedProgramImporter._convert_pytorch_tensor_to_tvm``).
 - `vm_codegen`, `vm_link`: ``tvm.compile``'s two ends for a Relax module, which its
   ``relax.vm_build`` keeps private (``_vmcodegen``, and ``relax.VMLink`` in ``_vmlink``):
   accel_target.codegen generates the kernels' code between them.
@@ -231,23 +232,39 @@ _HALF_IN_FLOAT32 = {
 }
 
 
+def _compact(convert):
+    """TVM's conversion of a weight or constant (a staticmethod), given it compact: DLPack
+    refuses a strided one (a channels-last model's conv weights), and TVM's numpy fallback
+    has no bfloat16 (a channels-last bfloat16 model did not import)."""
+    import torch
+
+    def call(tensor):
+        return convert.__func__(tensor.contiguous() if tensor.layout == torch.strided else tensor)
+
+    return staticmethod(call)
+
+
 @contextlib.contextmanager
-def torch_accumulators():
+def torch_importer():
     """Within the block, the convs, matmuls and linears TVM's PyTorch importer emits give the
     dtype of their data, not float32 (a float16, bfloat16 or float64 model failed to import:
     a float32 product beside a bias of the model's dtype), its layer, group and RMS norms take
-    any float dtype (`_normalizing`), and reductions, softmax and power of half types run in
-    float32 (`_in_float32`)."""
+    any float dtype (`_normalizing`), reductions, softmax and power of half types run in
+    float32 (`_in_float32`), and its weights are converted compact (`_compact`)."""
     if not supported("accel's float16 / bfloat16 / float64 import"):
         yield
         return
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter as importer
+
     with _TORCH_LOCK:
         wrappers = {
             **{where: _accumulating for where in _FLOAT32_ACCUMULATING},
             **{where: _normalizing for where in _NORMS},
             **{where: _in_float32(dtypes) for where, dtypes in _HALF_IN_FLOAT32.items()},
+            (importer, _CONVERT_TENSOR): _compact,
         }
-        originals = [(module, name, getattr(module, name)) for module, name in wrappers]
+        # (the class's own attribute: a staticmethod, restored as one)
+        originals = [(module, name, vars(module)[name]) for module, name in wrappers]
         for module, name, op in originals:
             setattr(module, name, wrappers[module, name](op))
         try:
@@ -255,6 +272,9 @@ def torch_accumulators():
         finally:
             for module, name, op in originals:
                 setattr(module, name, op)
+
+
+_CONVERT_TENSOR = "_convert_pytorch_tensor_to_tvm"
 
 
 def vm_codegen(mod: tvm.IRModule) -> tuple[relax.ExecBuilder, tvm.IRModule]:

@@ -56,7 +56,7 @@ def test_tvms_onnx_importer_reads_its_table_where_accel_adds_converters():
 
 def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attributes():
     """TVM's converters look the conv, matmul, linear, norm, reduction and power ops up in
-    relax.op when they run (and ask the products for float32): wrapped within torch_accumulators, restored
+    relax.op when they run (and ask the products for float32): wrapped within torch_importer, restored
     after."""
     import inspect
 
@@ -67,8 +67,14 @@ def test_tvms_pytorch_importer_calls_the_ops_accel_wraps_by_their_module_attribu
     assert "relax.op.nn.conv2d(" in source and 'out_dtype="float32"' in source
     wrapped = tvm_private._FLOAT32_ACCUMULATING + tvm_private._NORMS + list(tvm_private._HALF_IN_FLOAT32)
     originals = [getattr(module, name) for module, name in wrapped]
-    with tvm_private.torch_accumulators():
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter as importer
+
+    convert = vars(importer)[tvm_private._CONVERT_TENSOR]
+    assert isinstance(convert, staticmethod)
+    with tvm_private.torch_importer():
         assert relax.op.nn.conv2d is not originals[2] and relax.op.nn.layer_norm.__wrapped__ is not None
+        assert vars(importer)[tvm_private._CONVERT_TENSOR] is not convert
     assert [getattr(module, name) for module, name in wrapped] == originals
+    assert vars(importer)[tvm_private._CONVERT_TENSOR] is convert
     for name, arguments in [("layer_norm", {"gamma", "beta", "axes", "epsilon"}), ("rms_norm", {"weight", "axes"})]:
         assert arguments <= set(inspect.signature(getattr(relax.op.nn, name)).parameters)

@@ -466,7 +466,7 @@ def import_program(program, *, keep_params_as_input: bool = False):
     program = decomposed(program)
     folded = input_independent_values(program, None if keep_params_as_input else _unconvertible)
     torch_complex.check(program, folded)
-    with tvm_private.torch_accumulators():
+    with tvm_private.torch_importer():
         mod = from_exported_program(
             program,
             keep_params_as_input=keep_params_as_input,

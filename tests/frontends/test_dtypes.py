@@ -1,6 +1,6 @@
 """Models in float64, float16 and bfloat16 (``model.to(dtype)``): TVM's PyTorch importer gave
 every conv, matmul and linear a float32 result, so none imported; its layer and group norms
-take float32 and float16 only (accel_target/tvm_private.torch_accumulators). Products accumulate
+take float32 and float16 only (accel_target/tvm_private.torch_importer). Products accumulate
 as PyTorch's do (float16 / bfloat16 in float32), norms of half types run in float32; inputs
 and outputs keep the model's dtype, bfloat16 too (through DLPack)."""
 
@@ -122,3 +122,15 @@ def test_a_python_number_beside_half_type_values_keeps_its_value(dtype):
     ours = accel_target.build(accel_target.from_torch(Scaled(), (x,)))(x)
     for found, expected in zip(ours, Scaled()(x), strict=True):
         assert torch.equal(torch.from_dlpack(found), expected)
+
+
+def test_a_channels_last_bfloat16_model_imports_and_matches_pytorch():
+    """TVM's importer converts a weight through DLPack, which refuses a strided one, then
+    through numpy, which has no bfloat16."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).bfloat16().to(memory_format=torch.channels_last)
+    x = torch.randn(1, 3, 8, 8).bfloat16()
+    ours = torch.from_dlpack(accel_target.build(accel_target.from_torch(model, (x,)))(x))
+    with torch.no_grad():
+        exact = model.double()(x.double())
+    assert float((ours.double() - exact).abs().max()) <= TOLERANCE[torch.bfloat16] * float(exact.abs().max())
