@@ -130,7 +130,12 @@ def _widen(widen: _Widen, func: relax.Function) -> relax.Function:
     body = widen.visit_expr(func.body)
     leave = []
     result = _rounded(body.body, func.body.ty, leave)
-    blocks = [b for b in [relax.BindingBlock(entry), *body.blocks, relax.BindingBlock(leave)] if b.bindings]
+    blocks = [relax.BindingBlock(entry), *body.blocks]
+    if isinstance(blocks[-1], relax.DataflowBlock):  # (the casts out in the block of what they read)
+        blocks[-1] = relax.DataflowBlock([*blocks[-1].bindings, *leave])
+    else:
+        blocks.append(relax.BindingBlock(leave))
+    blocks = [b for b in blocks if b.bindings]
     return relax.Function(func.params, relax.SeqExpr(blocks, result), func.ret_ty, func.is_pure, func.attrs)
 
 
