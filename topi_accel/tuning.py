@@ -26,7 +26,7 @@ from tvm import tirx
 from . import symbolic
 from .epilogue import accel_impl
 from .knobs import cpu_knobs
-from .tir_passes import nan_extrema, prefetch, round_even, serial, wholetiles
+from .tir_passes import casts, nan_extrema, prefetch, round_even, serial, wholetiles
 
 # a kernel rewrite: the new function, or None where it changes nothing
 KernelRewrite = Callable[[tirx.PrimFunc], "tirx.PrimFunc | None"]
@@ -107,7 +107,8 @@ def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[
     """(name, rewrite) of each step the build applies to every kernel after its schedule, in
     order: on a target with several cores, small kernels made serial
     (topi_accel.tir_passes.serial); round half to even as a vector instruction
-    (topi_accel.tir_passes.round_even); floating maxima and minima that propagate NaN
+    (topi_accel.tir_passes.round_even); values stored as bfloat16 bound first
+    (topi_accel.tir_passes.casts); floating maxima and minima that propagate NaN
     (topi_accel.tir_passes.nan_extrema); shape parameters known non-negative
     (topi_accel.symbolic); whole tiles written back without their tail conditions
     (topi_accel.tir_passes.wholetiles); the prefetches the schedules asked for
@@ -118,6 +119,7 @@ def lowered_kernel_steps(target: tvm.target.Target | None = None) -> list[tuple[
         steps.append(("SerialSmallKernels", lambda func: serial_when_small(func, knobs)))
     steps += [
         ("RoundEven", lambda func: round_even.round_even(func)),
+        ("BoundStores", lambda func: casts.bound_stores(func)),
         ("PropagateNaN", lambda func: nan_extrema.propagate_nan(func)),
         ("SizesNonNegative", lambda func: symbolic.sizes_non_negative(func)),
         ("WholeTiles", lambda func: wholetiles.whole_tiles(func)),
