@@ -12,8 +12,8 @@ packed function) takes its half-type operands rounded, as before, and its result
 
 Numerically the model is then what PyTorch computes in float32 from the same weights and inputs,
 rounded once at its outputs: at least as accurate as PyTorch in the half type (which rounds after
-each op, and overflows past 65504 in float16), as ONNX Runtime's CPU provider computes float16
-nodes in float32 between casts.
+each op, and overflows past 65504 in float16). ONNX Runtime's CPU provider does the same for
+the float16 nodes it has no float16 kernel for: it casts them to float32 and back.
 """
 
 from __future__ import annotations
