@@ -2,12 +2,12 @@
 its outputs are rounded to it.
 
 accel's kernels are float32 (and int8). TVM's kernels of a half type convert every element on
-each read and write and run tens of times slower (a ResNet-50 in float16 took 50x its float32
-time), and a half type's value rounded between every two ops loses what folding and fusion
-keep in float32 (a batch norm after a conv is no longer folded into its weights). So every
-half-type value of a function becomes float32: its weights are widened at compile time (exact),
-its inputs once on entry; a cast to a half type, an op's half ``dtype`` / ``out_dtype``, a
-match_cast's type become float32. What cannot change its type (a call of a compiled kernel or a
+each read and write and run tens of times slower, and a half type's value rounded between every
+two ops loses what folding and fusion keep in float32 (a batch norm after a conv is no longer
+folded into its weights). So every half-type value of a function becomes float32: its weights
+are widened at compile time (exact), its inputs once on entry, its outputs rounded in the block
+that makes them (in the last kernel's write-back); a cast to a half type, an op's half ``dtype``
+/ ``out_dtype``, a match_cast's type become float32. What cannot change its type (a call of a compiled kernel or a
 packed function) takes its half-type operands rounded, as before, and its result is widened.
 
 Numerically the model is then what PyTorch computes in float32 from the same weights and inputs,
