@@ -11,9 +11,10 @@ that makes them (in the last kernel's write-back); a cast to a half type, an op'
 packed function) takes its half-type operands rounded, as before, and its result is widened.
 
 Numerically the model is then what PyTorch computes in float32 from the same weights and inputs,
-rounded once at its outputs: at least as accurate as PyTorch in the half type (which rounds after
-each op, and overflows past 65504 in float16). ONNX Runtime's CPU provider does the same for
-the float16 nodes it has no float16 kernel for: it casts them to float32 and back.
+rounded once at its outputs: at least as close to the exact result of its weights and inputs as
+PyTorch's run in the half type (which rounds after each op, and overflows past 65504 in
+float16). ONNX Runtime's CPU provider does the same for the float16 nodes it has no float16
+kernel for: it casts them to float32 and back.
 """
 
 from __future__ import annotations
