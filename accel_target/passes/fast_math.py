@@ -258,7 +258,8 @@ class _FastMath(PyExprMutator):
     def _of_bfloat16(self, x: relax.Expr) -> bool:
         """Whether `x` is a bfloat16 tensor cast to float32: its producer fuses into the kernel,
         inside the let that binds the input, where TVM's bfloat16 legalization does not reach
-        (Falcon-Mamba's softplus(dt + bias) in bfloat16 reached LLVM as a bfloat16 add)."""
+        (Falcon-Mamba's softplus(dt + bias) in bfloat16 reached LLVM as a bfloat16 add). After
+        WidenHalfTypes no such value is left; this holds where that pass was declined."""
         value = self.var2val.get(x) if isinstance(x, relax.Var) else None
         return op_name(value) == "relax.astype" and str(getattr(value.args[0].ty, "dtype", "")) == "bfloat16"
 
