@@ -18,6 +18,7 @@ rules, in the order `conv2d_config` applies them:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 
 import tvm
@@ -215,14 +216,28 @@ def _depthwise_tile(geo: Conv2DGeometry, dtype: str, knobs) -> tuple[int, int]:
     return pick_block(geo.out_w, DEPTHWISE_MAX_COLUMNS), knobs.lanes
 
 
+def conv_lanes(geo: Conv2DGeometry, knobs) -> int:
+    """Lanes of the vectors of `geo`'s kernel: the target's, except for a grouped conv whose
+    groups have a number of output channels that no whole vector divides (a RegNet's 8 on
+    AVX-512): the widest power of two that divides it, down to scalars. Output channel o reads
+    input channel (o // (O / groups)) * (C / groups) + c, so the lanes of a vector within one
+    group read one input value, broadcast, and lanes of two groups read several: LLVM then
+    gathers them element by element for every FMA (a 3x3 conv of 8 channels a group: 16 lanes
+    six times slower than 8; of 2 a group, 2 lanes 3.5 times faster than 4 or more)."""
+    per_group, reads = geo.out_c // geo.groups, geo.in_c // geo.groups
+    if geo.groups == 1 or per_group == reads == 1:
+        return knobs.lanes  # (depthwise: lane o reads input channel o, a vector load)
+    return math.gcd(per_group, knobs.lanes)  # (lanes: a power of two)
+
+
 def _grouped_tile(geo: Conv2DGeometry, dtype: str, knobs) -> tuple[int, int]:
-    """(columns, channels) of a grouped conv: two vectors of channels, or one, where they
-    divide the channels (channel o reads input group o // (O / groups), so the channels
-    cannot be padded), else the largest divisor of up to two vectors."""
-    two = 2 * knobs.lanes
-    whole = [b for b in (two, knobs.lanes) if geo.out_c % b == 0]
-    oc_block = whole[0] if whole else largest_divisor(geo.out_c, two)
-    return pick_block(geo.out_w, knobs.tile_rows(oc_block)), oc_block
+    """(columns, channels) of a grouped conv: two vectors of `conv_lanes` channels, or one,
+    where they divide the channels (channel o reads input group o // (O / groups), so the
+    channels cannot be padded), else the largest divisor of up to two vectors."""
+    lanes = conv_lanes(geo, knobs)
+    whole = [b for b in (2 * lanes, lanes) if geo.out_c % b == 0]
+    oc_block = whole[0] if whole else largest_divisor(geo.out_c, 2 * lanes)
+    return pick_block(geo.out_w, knobs.tile_rows(oc_block, lanes)), oc_block
 
 
 def conv_kind(geo: Conv2DGeometry, knobs) -> str:
@@ -346,7 +361,7 @@ def conv2d_config(geo: Conv2DGeometry, target: tvm.target.Target | None = None, 
     return Conv2DConfig(
         oc_block=oc_block,
         ow_block=ow_block,
-        lanes=knobs.lanes,
+        lanes=conv_lanes(geo, knobs),
         parallel=knobs.parallel,
         channels_outer=outer,
         columns_parallel=columns,
@@ -363,10 +378,10 @@ def conv2d_candidates(geo: Conv2DGeometry, target: tvm.target.Target | None = No
     if geo.groups == 1:
         blocks = [v * knobs.lanes for v in CANDIDATE_VECTORS if v * knobs.lanes <= round_up(geo.out_c, knobs.lanes)]
     else:
-        blocks = [b for b in (knobs.lanes, 2 * knobs.lanes, default.oc_block) if geo.out_c % b == 0]
+        blocks = [b for b in (default.lanes, 2 * default.lanes, default.oc_block) if geo.out_c % b == 0]
     out = [default]
     for oc_block in dict.fromkeys(blocks):
-        cap = knobs.tile_rows(oc_block)
+        cap = knobs.tile_rows(oc_block, default.lanes)
         widths = dict.fromkeys(pick_block(geo.out_w, c) for c in range(max(cap // 2, 1), cap + 1))
         for ow_block in widths:
             for outer in (True, False):

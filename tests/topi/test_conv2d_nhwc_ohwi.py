@@ -81,10 +81,26 @@ def test_conv2d_nhwc_ohwi_target_variants(shape, target):
     out, ref, cfg = _run(shape, target)
     assert_close(out, ref)
     isa = next((name for name, pinned in ISAS.items() if pinned == target), None)
+    c, o, groups = shape[3], shape[4], shape[-1]
+    grouped = groups > 1 and not o == c == groups  # (its vectors: test_grouped_conv_vectors_stay_in_a_group)
     if isa:
-        assert cfg.lanes == LANES[isa] and cfg.parallel
+        assert (grouped or cfg.lanes == LANES[isa]) and cfg.parallel
     else:
         assert not cfg.parallel
+
+
+# grouped convs of 8, 4, 2 and 1 output channels a group (RegNet: 8; 1 with 4 inputs), 24 and
+# 48 a group (RegNet's wider stages), each ISA's tiles: the widest vector that stays in a group
+# (lanes of two groups would read several input channels: gathered, several times slower)
+@pytest.mark.parametrize("target", isa_params(), ids=str)
+@pytest.mark.parametrize("per_group, groups", [(8, 7), (4, 4), (2, 8), (1, 8), (24, 2), (48, 2)])
+def test_grouped_conv_vectors_stay_in_a_group(target, per_group, groups):
+    reads = 4 if per_group == 1 else per_group
+    shape = (1, 10, 12, reads * groups, per_group * groups, 3, 1, 1, 1, groups)
+    out, ref, cfg = _run(shape, target)
+    assert_close(out, ref)
+    widest = LANES[next(name for name, pinned in ISAS.items() if pinned == target)]
+    assert per_group % cfg.lanes == 0 and (cfg.lanes == widest or per_group % (2 * cfg.lanes)), cfg
 
 
 # a depthwise conv over 1 MB of input, each ISA's tiles: AVX2 takes two vectors of channels
