@@ -14,6 +14,9 @@ class CPUKnobs:
     """Target facts the schedules derive their tile sizes from.
 
     lanes: float32 elements in one vector register.
+    fma_lanes: float32 multiply-adds one FMA pipe completes per cycle: `lanes`, except on
+    CPUs whose FMA pipes are narrower than their vectors (HALF_WIDTH_FMA_CPUS), where a
+    kernel's time follows its multiply-adds over this, not over `lanes`.
     accumulators: vector registers a register tile may keep live
     (the rest hold the weight vectors and the broadcast input).
     registers: vector registers of the ISA (32 with AVX-512, 16 with AVX2 or SSE).
@@ -22,6 +25,7 @@ class CPUKnobs:
     """
 
     lanes: int
+    fma_lanes: int
     accumulators: int
     registers: int
     parallel: bool
@@ -41,6 +45,12 @@ class CPUKnobs:
         float32 lanes) whose accumulators fit the register budget; at least one."""
         vectors = max(columns // (lanes or self.lanes), 1)
         return max(self.accumulators // vectors, 1)
+
+
+# LLVM CPUs with AVX-512 whose FMA pipes are 256 bits wide and run a 512-bit FMA in two
+# halves (AMD Zen 4): their AVX-512 code multiply-adds 8 float32 a pipe and cycle, as AVX2's
+# does. LLVM's target features do not tell them from CPUs with full-width pipes.
+HALF_WIDTH_FMA_CPUS = ("znver4",)
 
 
 def vector_bits(target: tvm.target.Target) -> int:
@@ -66,8 +76,11 @@ def cpu_knobs(target: tvm.target.Target | None = None) -> CPUKnobs:
     # AVX-512 has 32 vector registers, AVX2 and SSE 16: keep ~3/4 for accumulators.
     accumulators = 24 if bits >= 512 else 12
     cores = int(target.attrs.get("num-cores", 0) or 0)
+    lanes = bits // tvm.DataType("float32").bits
+    half_width = bits >= 512 and str(target.attrs.get("mcpu", "")) in HALF_WIDTH_FMA_CPUS
     return CPUKnobs(
-        lanes=bits // tvm.DataType("float32").bits,
+        lanes=lanes,
+        fma_lanes=lanes // 2 if half_width else lanes,
         accumulators=accumulators,
         registers=32 if bits >= 512 else 16,
         parallel=cores != 1,

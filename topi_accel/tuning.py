@@ -79,15 +79,16 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
 
 # Iterations of its innermost statements below which a kernel runs on the calling thread
 # alone (a thread pool's launch costs more than a second thread saves): an accel kernel's are
-# vector FMAs (per lane of the target's vectors: 1M on AVX-512, 0.5M on AVX2), TVM's own
-# kernels' mostly scalar loads and stores.
+# vector FMAs, which take the time of this many cycles of an FMA pipe (per float32 lane of the
+# pipe, `CPUKnobs.fma_lanes`: 1M multiply-adds on AVX-512, 0.5M on AVX2 and on Zen 4's
+# half-width AVX-512 pipes), TVM's own kernels' mostly scalar loads and stores.
 MIN_PARALLEL_WORK_PER_LANE = 1 << 16
 MIN_PARALLEL_WORK_SCALAR = 1 << 15
 
 
 def serial_when_small(func: tirx.PrimFunc, knobs) -> tirx.PrimFunc | None:
     """`func` with its parallel loops serial if its work is small (serial.serial_when_small):
-    below MIN_PARALLEL_WORK_PER_LANE vector lanes for an accel kernel, where a statement
+    below MIN_PARALLEL_WORK_PER_LANE FMA-pipe lanes for an accel kernel, where a statement
     outside a vectorized loop (a broadcasting consumer after the kernel: a squeeze-excitation
     gate scaling a whole image) weighs as in TVM's own kernels, below
     MIN_PARALLEL_WORK_SCALAR statements. One of TVM's kernels that computes each row's
@@ -99,7 +100,7 @@ def serial_when_small(func: tirx.PrimFunc, knobs) -> tirx.PrimFunc | None:
         if serial.computes_rows_in_buffers(func):
             return None
         return serial.serial_when_small(func, MIN_PARALLEL_WORK_SCALAR)
-    per_lane = MIN_PARALLEL_WORK_PER_LANE * knobs.lanes
+    per_lane = MIN_PARALLEL_WORK_PER_LANE * knobs.fma_lanes
     return serial.serial_when_small(func, per_lane, per_lane // MIN_PARALLEL_WORK_SCALAR)
 
 

@@ -99,3 +99,21 @@ def test_build_refuses_a_tuning_db_that_does_not_exist(tmp_path):
         accel_target.build(mod, tuning_db=missing)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         accel_target.optimize(mod, tuning_db=str(missing))
+
+
+@pytest.mark.parametrize(
+    "mcpu, parallel",
+    [("skylake-avx512", False), ("znver4", True), ("haswell", True)],
+)
+def test_a_small_kernel_is_serial_by_the_time_its_fma_pipes_take(mcpu, parallel):
+    """A 1x1 conv of 0.8M multiply-adds (7x7x64->256) takes 50K cycles of 16-lane FMA pipes
+    (Skylake-SP's AVX-512): serial, a launch costs more than a second thread saves; 100K of
+    8-lane ones (AVX2, and Zen 4's AVX-512, which runs a 512-bit FMA in two halves): parallel."""
+    target = tvm.target.Target({"tag": "accel", "mcpu": mcpu, "num-cores": 2})
+    with target:
+        geo = topi_accel.conv2d_geometry((1, 7, 7, 64), (256, 1, 1, 64), 1, 0)
+        func = topi_accel.conv2d_nhwc_ohwi_func(geo, topi_accel.conv2d_config(geo))
+        func = func.with_attr(topi_accel.epilogue.IMPL, "conv2d_nhwc_ohwi.accel")  # as the strategy marks it
+        knobs = topi_accel.knobs.cpu_knobs(target)
+    assert knobs.lanes == (8 if mcpu == "haswell" else 16)
+    assert (topi_accel.tuning.serial_when_small(func, knobs) is None) == parallel
