@@ -6,7 +6,8 @@ A register tile of ``ow_block`` output columns x ``oc_block`` channels keeps
 rules, in the order `conv2d_config` applies them:
 
 1. a tuning database's entry (`topi_accel.tuning`), where one is in use;
-2. the row tile of the conv's kind (`ROW_TILES`: depthwise, without groups, grouped);
+2. the row tile of the conv's kind (`ROW_TILES`: depthwise, without groups, grouped; a
+   grouped conv's in vectors that stay within one group, `conv_lanes`);
 3. for a conv without groups, a tile along its flattened output pixels where its row tile
    keeps too few accumulators or computes too many padded columns (`FLAT_TILES`, tried in
    order; `Conv2DConfig.flat`);
