@@ -7,7 +7,7 @@ rules, in the order `conv2d_config` applies them:
 
 1. a tuning database's entry (`topi_accel.tuning`), where one is in use;
 2. the row tile of the conv's kind (`ROW_TILES`: depthwise, without groups, grouped; a
-   grouped conv's in vectors that stay within one group, `conv_lanes`);
+   grouped conv's vectors stay within one group, `conv_lanes`);
 3. for a conv without groups, a tile along its flattened output pixels where its row tile
    keeps too few accumulators or computes too many padded columns (`FLAT_TILES`, tried in
    order; `Conv2DConfig.flat`);
@@ -223,8 +223,8 @@ def conv_lanes(geo: Conv2DGeometry, knobs) -> int:
     AVX-512): the widest power of two that divides it, down to scalars. Output channel o reads
     input channel (o // (O / groups)) * (C / groups) + c, so the lanes of a vector within one
     group read one input value, broadcast, and lanes of two groups read several: LLVM then
-    gathers them element by element for every FMA (a 3x3 conv of 8 channels a group: 16 lanes
-    six times slower than 8; of 2 a group, 2 lanes 3.5 times faster than 4 or more)."""
+    gathers them element by element for every FMA, several times slower than the narrower
+    vectors (or scalars) that stay in a group."""
     per_group, reads = geo.out_c // geo.groups, geo.in_c // geo.groups
     if geo.groups == 1 or per_group == reads == 1:
         return knobs.lanes  # (depthwise: lane o reads input channel o, a vector load)

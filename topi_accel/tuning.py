@@ -79,9 +79,9 @@ def kernel_key(kind: str, shape_fields: dict, target: tvm.target.Target) -> str:
 
 # Iterations of its innermost statements below which a kernel runs on the calling thread
 # alone (a thread pool's launch costs more than a second thread saves): an accel kernel's are
-# vector FMAs, which take the time of this many cycles of an FMA pipe (per float32 lane of the
-# pipe, `CPUKnobs.fma_lanes`: 1M multiply-adds on AVX-512, 0.5M on AVX2 and on Zen 4's
-# half-width AVX-512 pipes), TVM's own kernels' mostly scalar loads and stores.
+# vector FMAs, counted per float32 lane of the target's FMA pipes (`CPUKnobs.fma_lanes`): 1M
+# multiply-adds on AVX-512, 0.5M on AVX2 and on Zen 4, whose AVX-512 FMAs run in two 256-bit
+# halves; TVM's own kernels' are mostly scalar loads and stores.
 MIN_PARALLEL_WORK_PER_LANE = 1 << 16
 MIN_PARALLEL_WORK_SCALAR = 1 << 15
 
