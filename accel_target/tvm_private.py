@@ -232,6 +232,9 @@ _HALF_IN_FLOAT32 = {
 }
 
 
+_CONVERT_TENSOR = "_convert_pytorch_tensor_to_tvm"  # ExportedProgramImporter's, a staticmethod
+
+
 def _compact(convert):
     """TVM's conversion of a weight or constant (a staticmethod), given it compact: DLPack
     refuses a strided one (a channels-last model's conv weights), and TVM's numpy fallback
@@ -272,9 +275,6 @@ def torch_importer():
         finally:
             for module, name, op in originals:
                 setattr(module, name, op)
-
-
-_CONVERT_TENSOR = "_convert_pytorch_tensor_to_tvm"
 
 
 def vm_codegen(mod: tvm.IRModule) -> tuple[relax.ExecBuilder, tvm.IRModule]:
