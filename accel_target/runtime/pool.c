@@ -23,11 +23,15 @@
  * sched_yield: Linux's EEVDF scheduler answers it by pushing the yielding thread's deadline a
  * time slice later, so a thread that yields in a loop while another library's thread spins on
  * its core (an OpenMP worker spinning after PyTorch's op does not yield) gets almost none of
- * the core. A worker on the core of the launching thread could only take time from it: it
- * takes no task and naps for COLOCATED_NAP_US, and the scheduler may place it on another core
- * when it wakes. One launch at a time uses the workers: a launch from another thread
- * meanwhile, or from inside a task, runs its kernel as one task on its own thread. The pool
- * has no barrier: a library whose kernels call TVMBackendParallelBarrier stays on TVM's pool
+ * the core. Instead a worker asks for a short slice (WORKER_SLICE_US), which lets its wakeup
+ * take the core from such a spinner at once. A worker never shares the launching thread's
+ * core: one that finds itself there takes that CPU out of its affinity, and the kernel moves
+ * it (waking a worker on the launching thread's CPU would preempt the launching thread, which
+ * may then wait behind other libraries' spinners for milliseconds). Where the pool has no
+ * other CPU it takes no task and naps for COLOCATED_NAP_US. One launch at a time uses the
+ * workers: a launch from another thread meanwhile, or from inside a task, runs its kernel as
+ * one task on its own thread. Workers are named "accel-pool". The pool has no barrier: a
+ * library whose kernels call TVMBackendParallelBarrier stays on TVM's pool
  * (pool.py). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,6 +42,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <tvm/runtime/c_backend_api.h> /* TVMParallelGroupEnv, FTVMParallelLambda */
@@ -50,6 +55,7 @@ typedef FTVMParallelLambda parallel_lambda;
 #define CLOSED 0x7fffffffu /* tasks claimed, of a job being published: none left */
 #define JOIN_SPIN_US 50
 #define COLOCATED_NAP_US 500
+#define WORKER_SLICE_US 100
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -76,6 +82,7 @@ static struct {
   atomic_int done;         /* futex word of the launching thread, once it waits there */
   atomic_int caller_waits; /* the launching thread sleeps on `done` */
   atomic_int caller_cpu;   /* the CPU of the last launching thread */
+  cpu_set_t cpus;          /* where the pool's threads may run: the first launching thread's CPUs */
   atomic_int failed;
   atomic_uint published; /* futex word: one more per job */
   atomic_int sleeping;   /* workers asleep on `published` */
@@ -128,19 +135,49 @@ static void claim_tasks(int by_worker) {
   }
 }
 
-static int on_callers_cpu(void) {
+/* This thread's CPU if the last launching thread ran there, else -1. */
+static int callers_cpu_here(void) {
   int cpu = sched_getcpu(); /* -1 where the kernel cannot tell: then never */
-  return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
+  return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed) ? cpu : -1;
+}
+
+/* Move this worker off the launching thread's CPU `cpu`: its CPUs become the pool's but that
+ * one, and the kernel migrates it at once. It stays off that CPU, so that waking it never
+ * takes the launching thread's core, until it finds the launching thread on its own CPU
+ * again. 0 where the pool has no other CPU. */
+static int leave_cpu(int cpu) {
+  cpu_set_t others = pool.cpus;
+  CPU_CLR(cpu, &others);
+  return CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0;
+}
+
+/* Ask the scheduler for a short time slice for this thread (Linux 6.12 and later; earlier
+ * kernels ignore it): woken onto a core where another library's thread spins, it runs at once
+ * rather than after that thread's slice, and over a longer time it gets no more of the core
+ * than before. Its policy and nice value stay as they are. */
+static void ask_short_slice(void) {
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+  } attr = {sizeof attr, (uint32_t)sched_getscheduler(0), 0, getpriority(PRIO_PROCESS, 0), 0, WORKER_SLICE_US * 1000,
+            0, 0};
+  if (attr.policy == SCHED_OTHER || attr.policy == SCHED_BATCH) syscall(SYS_sched_setattr, 0, &attr, 0);
 }
 
 /* Wait for a job published after `seen` and return its number: spin for spin_us, then sleep
- * on the futex. On the launching thread's CPU, nap instead (the launching thread runs the jobs
- * published meanwhile), again while jobs come, else sleep. */
+ * on the futex. On the launching thread's CPU, leave it; where it cannot, nap instead (the
+ * launching thread runs the jobs published meanwhile), again while jobs come, else sleep. */
 static unsigned await_job(unsigned seen) {
   int64_t until = now_us() + pool.spin_us;
   for (;;) {
     unsigned published = atomic_load_explicit(&pool.published, memory_order_acquire);
-    if (on_callers_cpu()) {
+    int shared = callers_cpu_here();
+    if (shared >= 0 && leave_cpu(shared)) {
+      continue;
+    } else if (shared >= 0) {
       struct timespec nap = {0, COLOCATED_NAP_US * 1000};
       nanosleep(&nap, NULL);
       seen = atomic_load_explicit(&pool.published, memory_order_acquire);
@@ -160,6 +197,8 @@ static unsigned await_job(unsigned seen) {
 
 static void* worker(void* arg) {
   (void)arg;
+  pthread_setname_np(pthread_self(), "accel-pool");
+  ask_short_slice();
   unsigned seen = pool.first_published;
   for (;;) {
     seen = await_job(seen);
@@ -182,8 +221,11 @@ __attribute__((constructor)) static void register_fork_handler(void) { pthread_a
 static void start_workers(void) {
   const char* threads = getenv("TVM_NUM_THREADS");
   const char* spin = getenv("ACCEL_POOL_SPIN_US");
-  cpu_set_t cpus;
-  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (sched_getaffinity(0, sizeof pool.cpus, &pool.cpus) == 0)
+    cores = CPU_COUNT(&pool.cpus);
+  else
+    CPU_ZERO(&pool.cpus); /* unknown: the workers stay where the scheduler puts them */
   int n = threads ? atoi(threads) : cores;
   pool.threads = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
   pool.spin_us = spin ? atoi(spin) : 200;

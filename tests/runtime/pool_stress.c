@@ -69,7 +69,7 @@ static int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*
 }
 
 /* Run this thread on one CPU and, unless `alone`, the worker on another (where the process has
- * two): the pool's worker naps on the caller's CPU, and the scheduler may leave it there. */
+ * two). The pool's CPUs are then this thread's one: a worker on it has nowhere to go and naps. */
 static int pin(int alone) {
   cpu_set_t allowed, cpu;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;

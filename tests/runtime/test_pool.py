@@ -91,13 +91,31 @@ def test_kernels_finish_without_their_workers(saved, name):
     assert after["tasks_by_workers"] == before["tasks_by_workers"]
 
 
+def _until_a_worker_runs_a_task(saved, tmp_path, setup: str, then: str = "") -> None:
+    """In a process of its own with two threads: `setup` (which loads the "dense" model as
+    `model` and its input as `x`), then calls of `model(x)` until a worker has run a task,
+    which must happen within 20 s, then `then`."""
+    code = (
+        f"{setup}"
+        "before, end = pool.stats(), time.monotonic() + 20\n"
+        "while pool.stats()['tasks_by_workers'] == before['tasks_by_workers'] and time.monotonic() < end:\n"
+        "    model(x)\n"
+        "after = pool.stats()\n"
+        "assert after['tasks_by_workers'] > before['tasks_by_workers'], (before, after)\n"
+        f"{then}"
+    )
+    library, x, _ = saved["dense"]
+    np.save(tmp_path / "x.npy", x)
+    _run_elsewhere(code, library, str(tmp_path / "x.npy"), TVM_NUM_THREADS="2")
+
+
 def test_workers_take_tasks_of_a_model_called_in_a_loop(saved, tmp_path):
     """In a process of its own, a model called again and again: its worker runs part of the
     tasks (it spins between the calls' launches). The caller and the threads the first call
-    starts (the worker) are pinned to two CPUs, where the process has two: a worker the
-    scheduler left on the caller's CPU naps there. The calls go on until the worker has taken a
-    task or 20 s have passed: with the test suite's other process on the second core, the
-    worker may get its core only after many calls, each short enough for the caller alone."""
+    starts (the worker) are pinned to two CPUs, where the process has two. The calls go on
+    until the worker has taken a task or 20 s have passed: with the test suite's other process
+    on the second core, the worker may get its core only after many calls, each short enough
+    for the caller alone."""
     code = (
         "import os, sys, time, numpy as np, accel_target\n"
         "from accel_target.runtime import pool\n"
@@ -110,15 +128,29 @@ def test_workers_take_tasks_of_a_model_called_in_a_loop(saved, tmp_path):
         "    for tid in set(os.listdir('/proc/self/task')) - threads:\n"
         "        os.sched_setaffinity(int(tid), {cpus[1]})\n"
         "for _ in range(20): model(x)\n"
-        "before, end = pool.stats(), time.monotonic() + 20\n"
-        "while pool.stats()['tasks_by_workers'] == before['tasks_by_workers'] and time.monotonic() < end:\n"
-        "    model(x)\n"
-        "after = pool.stats()\n"
-        "assert after['tasks_by_workers'] > before['tasks_by_workers'], (before, after)\n"
     )
-    library, x, _ = saved["dense"]
-    np.save(tmp_path / "x.npy", x)
-    _run_elsewhere(code, library, str(tmp_path / "x.npy"), TVM_NUM_THREADS="2")
+    _until_a_worker_runs_a_task(saved, tmp_path, code)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process with two CPUs")
+def test_a_worker_on_the_callers_cpu_moves_to_another(saved, tmp_path):
+    """The caller and its worker ("accel-pool") put on one CPU of the pool's two: the worker
+    takes that CPU out of its affinity, moves to the other and runs tasks there (a worker
+    that napped on the caller's CPU would never run one)."""
+    code = (
+        "import os, sys, time, numpy as np, accel_target\n"
+        "from accel_target.runtime import pool\n"
+        "model, x = accel_target.load(sys.argv[1]), np.load(sys.argv[2])\n"
+        "model(x)\n"
+        "cpu = sorted(os.sched_getaffinity(0))[0]\n"
+        "tasks = os.listdir('/proc/self/task')\n"
+        "workers = [int(t) for t in tasks if open(f'/proc/self/task/{t}/comm').read().strip() == 'accel-pool']\n"
+        "assert len(workers) == 1, workers\n"
+        "os.sched_setaffinity(0, {cpu})\n"
+        "os.sched_setaffinity(workers[0], {cpu})\n"
+    )
+    after = "assert cpu not in os.sched_getaffinity(workers[0]), os.sched_getaffinity(workers[0])\n"
+    _until_a_worker_runs_a_task(saved, tmp_path, code, after)
 
 
 def test_tvm_pool_on_request_gives_the_same_bits(saved, tmp_path):
