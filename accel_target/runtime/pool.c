@@ -24,15 +24,16 @@
  * time slice later, so a thread that yields in a loop while another library's thread spins on
  * its core (an OpenMP worker spinning after PyTorch's op does not yield) gets almost none of
  * the core. Instead a worker asks for a short slice (WORKER_SLICE_US), which lets its wakeup
- * take the core from such a spinner at once. A worker never shares the launching thread's
- * core: one that finds itself there takes that CPU out of its affinity, and the kernel moves
- * it (waking a worker on the launching thread's CPU would preempt the launching thread, which
- * may then wait behind other libraries' spinners for milliseconds). Where the pool has no
- * other CPU it takes no task and naps for COLOCATED_NAP_US. One launch at a time uses the
- * workers: a launch from another thread meanwhile, or from inside a task, runs its kernel as
- * one task on its own thread. Workers are named "accel-pool". The pool has no barrier: a
- * library whose kernels call TVMBackendParallelBarrier stays on TVM's pool
- * (pool.py). */
+ * take the core from such a spinner at once. The workers' affinity leaves out the launching
+ * thread's CPU: the launching thread sets it when it finds itself on another CPU than at its
+ * last launch, and a worker that finds itself on the launching thread's CPU all the same sets
+ * its own (a worker woken there would preempt the launching thread, which may then wait
+ * behind other libraries' spinners for milliseconds; a worker that stayed there took no task).
+ * Where the pool has no other CPU a worker there takes no task and naps for COLOCATED_NAP_US.
+ * One launch at a time uses the workers: a launch from another thread meanwhile, or from
+ * inside a task, runs its kernel as one task on its own thread. Workers are named
+ * "accel-pool". The pool has no barrier: a library whose kernels call
+ * TVMBackendParallelBarrier stays on TVM's pool (pool.py). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -83,6 +84,8 @@ static struct {
   atomic_int caller_waits; /* the launching thread sleeps on `done` */
   atomic_int caller_cpu;   /* the CPU of the last launching thread */
   cpu_set_t cpus;          /* where the pool's threads may run: the first launching thread's CPUs */
+  int kept_off;            /* the CPU the workers' affinity leaves out (-1: none) */
+  pthread_t workers[MAX_THREADS];
   atomic_int failed;
   atomic_uint published; /* futex word: one more per job */
   atomic_int sleeping;   /* workers asleep on `published` */
@@ -141,14 +144,20 @@ static int callers_cpu_here(void) {
   return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed) ? cpu : -1;
 }
 
-/* Move this worker off the launching thread's CPU `cpu`: its CPUs become the pool's but that
- * one, and the kernel migrates it at once. It stays off that CPU, so that waking it never
- * takes the launching thread's core, until it finds the launching thread on its own CPU
- * again. 0 where the pool has no other CPU. */
-static int leave_cpu(int cpu) {
+/* Take `cpu`, the launching thread's, out of the CPUs of worker `thread` (the pool's CPUs but
+ * that one): the kernel moves the worker at once if it is there. A worker woken on the
+ * launching thread's CPU would preempt the launching thread, which may then wait behind other
+ * libraries' spinning threads for milliseconds. 0 where the pool has no other CPU. */
+static int keep_off(pthread_t thread, int cpu) {
   cpu_set_t others = pool.cpus;
   CPU_CLR(cpu, &others);
-  return CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0;
+  return CPU_COUNT(&others) > 0 && pthread_setaffinity_np(thread, sizeof others, &others) == 0;
+}
+
+/* Before the launching thread on `cpu` wakes the workers: keep them all off its CPU. */
+static void keep_workers_off(int cpu) {
+  for (int i = 1; i < pool.threads; ++i) keep_off(pool.workers[i], cpu);
+  pool.kept_off = cpu;
 }
 
 /* Ask the scheduler for a short time slice for this thread (Linux 6.12 and later; earlier
@@ -175,7 +184,7 @@ static unsigned await_job(unsigned seen) {
   for (;;) {
     unsigned published = atomic_load_explicit(&pool.published, memory_order_acquire);
     int shared = callers_cpu_here();
-    if (shared >= 0 && leave_cpu(shared)) {
+    if (shared >= 0 && keep_off(pthread_self(), shared)) {
       continue;
     } else if (shared >= 0) {
       struct timespec nap = {0, COLOCATED_NAP_US * 1000};
@@ -231,12 +240,12 @@ static void start_workers(void) {
   pool.spin_us = spin ? atoi(spin) : 200;
   pool.first_published = atomic_load(&pool.published);
   atomic_store(&pool.caller_cpu, -1);
+  pool.kept_off = -1;
   for (int i = 1; i < pool.threads; ++i) {
-    pthread_t thread;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int failed = pthread_create(&thread, &attr, worker, NULL);
+    int failed = pthread_create(&pool.workers[i], &attr, worker, NULL);
     pthread_attr_destroy(&attr);
     if (failed) { /* the process may start no more threads: a pool of those started so far */
       pool.threads = i;
@@ -279,7 +288,9 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   atomic_fetch_add_explicit(&pool.launches, 1, memory_order_relaxed);
   /* TVM asks for 0 (as many as there are threads) unless the schedule set a count */
   if (num_task <= 0) num_task = pool.threads;
-  atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
+  int cpu = sched_getcpu();
+  if (cpu >= 0 && cpu != pool.kept_off) keep_workers_off(cpu);
+  atomic_store_explicit(&pool.caller_cpu, cpu, memory_order_relaxed);
   publish(f, cdata, num_task, atomic_load(&pool.held));
   claim_tasks(0);
   int64_t until = now_us() + JOIN_SPIN_US;

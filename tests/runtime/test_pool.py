@@ -133,23 +133,27 @@ def test_workers_take_tasks_of_a_model_called_in_a_loop(saved, tmp_path):
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process with two CPUs")
-def test_a_worker_on_the_callers_cpu_moves_to_another(saved, tmp_path):
-    """The caller and its worker ("accel-pool") put on one CPU of the pool's two: the worker
-    takes that CPU out of its affinity, moves to the other and runs tasks there (a worker
-    that napped on the caller's CPU would never run one)."""
+def test_workers_keep_off_the_callers_cpu(saved, tmp_path):
+    """The worker's CPUs ("accel-pool") leave out the caller's: after a call from either of two
+    CPUs, and after the worker was put on the caller's CPU (it moves and runs tasks on the
+    other; a worker that napped on the caller's CPU would never run one)."""
     code = (
         "import os, sys, time, numpy as np, accel_target\n"
         "from accel_target.runtime import pool\n"
         "model, x = accel_target.load(sys.argv[1]), np.load(sys.argv[2])\n"
         "model(x)\n"
-        "cpu = sorted(os.sched_getaffinity(0))[0]\n"
         "tasks = os.listdir('/proc/self/task')\n"
         "workers = [int(t) for t in tasks if open(f'/proc/self/task/{t}/comm').read().strip() == 'accel-pool']\n"
         "assert len(workers) == 1, workers\n"
-        "os.sched_setaffinity(0, {cpu})\n"
-        "os.sched_setaffinity(workers[0], {cpu})\n"
+        "allowed = os.sched_getaffinity(0)\n"
+        "cpus = sorted(allowed)[:2]\n"
+        "for cpu in reversed(cpus):\n"
+        "    os.sched_setaffinity(0, {cpu})\n"
+        "    model(x)\n"
+        "    assert os.sched_getaffinity(workers[0]) == allowed - {cpu}, (cpu, os.sched_getaffinity(workers[0]))\n"
+        "os.sched_setaffinity(workers[0], {cpus[0]})\n"
     )
-    after = "assert cpu not in os.sched_getaffinity(workers[0]), os.sched_getaffinity(workers[0])\n"
+    after = "assert os.sched_getaffinity(workers[0]) == allowed - {cpus[0]}, os.sched_getaffinity(workers[0])\n"
     _until_a_worker_runs_a_task(saved, tmp_path, code, after)
 
 
