@@ -145,9 +145,8 @@ static int callers_cpu_here(void) {
 }
 
 /* Take `cpu`, the launching thread's, out of the CPUs of worker `thread` (the pool's CPUs but
- * that one): the kernel moves the worker at once if it is there. A worker woken on the
- * launching thread's CPU would preempt the launching thread, which may then wait behind other
- * libraries' spinning threads for milliseconds. 0 where the pool has no other CPU. */
+ * that one): the kernel moves the worker at once if it is there. 0 where the pool has no
+ * other CPU. */
 static int keep_off(pthread_t thread, int cpu) {
   cpu_set_t others = pool.cpus;
   CPU_CLR(cpu, &others);
