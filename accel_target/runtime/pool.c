@@ -82,9 +82,8 @@ static struct {
   _Atomic uint64_t claims; /* generation << 32 | tasks claimed */
   atomic_int done;         /* futex word of the launching thread, once it waits there */
   atomic_int caller_waits; /* the launching thread sleeps on `done` */
-  atomic_int caller_cpu;   /* the CPU of the last launching thread */
+  atomic_int caller_cpu;   /* the CPU of the last launching thread, which the workers' affinity leaves out */
   cpu_set_t cpus;          /* where the pool's threads may run: the first launching thread's CPUs */
-  int kept_off;            /* the CPU the workers' affinity leaves out (-1: none) */
   pthread_t workers[MAX_THREADS];
   atomic_int failed;
   atomic_uint published; /* futex word: one more per job */
@@ -156,7 +155,6 @@ static int keep_off(pthread_t thread, int cpu) {
 /* Before the launching thread on `cpu` wakes the workers: keep them all off its CPU. */
 static void keep_workers_off(int cpu) {
   for (int i = 1; i < pool.threads; ++i) keep_off(pool.workers[i], cpu);
-  pool.kept_off = cpu;
 }
 
 /* Ask the scheduler for a short time slice for this thread (Linux 6.12 and later; earlier
@@ -239,7 +237,6 @@ static void start_workers(void) {
   pool.spin_us = spin ? atoi(spin) : 200;
   pool.first_published = atomic_load(&pool.published);
   atomic_store(&pool.caller_cpu, -1);
-  pool.kept_off = -1;
   for (int i = 1; i < pool.threads; ++i) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -288,7 +285,7 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   /* TVM asks for 0 (as many as there are threads) unless the schedule set a count */
   if (num_task <= 0) num_task = pool.threads;
   int cpu = sched_getcpu();
-  if (cpu >= 0 && cpu != pool.kept_off) keep_workers_off(cpu);
+  if (cpu >= 0 && cpu != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed)) keep_workers_off(cpu);
   atomic_store_explicit(&pool.caller_cpu, cpu, memory_order_relaxed);
   publish(f, cdata, num_task, atomic_load(&pool.held));
   claim_tasks(0);
