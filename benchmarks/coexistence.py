@@ -1,7 +1,7 @@
 """Coexistence: a runtime's model calls when other libraries work between them.
 
 Each runtime (accel at its defaults: ``accel_target.build``, ``load``, accel's thread pool; ONNX
-Runtime at its defaults) runs in a process of its own with 2 threads everywhere (its own pool,
+Runtime and PyTorch, eager, at theirs) runs in a process of its own with 2 threads everywhere (its own pool,
 numpy's OpenBLAS, PyTorch's OpenMP) and times 21 calls of a model twice: alone, back to back,
 and right after the same work before each call, a 512x512 float32 numpy product and a PyTorch
 conv (16->32, 3x3, on 1x16x56x56). slowdown = median after / median alone. The models: a 2-conv
@@ -34,7 +34,7 @@ except ImportError:
 from tests.runtime.coexistence import Work, median_ms, two_conv  # noqa: E402  (the CI test's model and work)
 
 MODELS = ("two_conv", "mobilenet_v2")
-RUNTIMES = ("accel", "onnxruntime")
+RUNTIMES = ("accel", "onnxruntime", "torch")
 THREADS = 2
 CALLS = 21
 

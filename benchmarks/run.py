@@ -64,7 +64,7 @@ SUITES = {
     "models": Suite("test_models.py", ("accel", "torch", "inductor", "onnxruntime")),
     "kernels": Suite("test_kernels.py", ("accel", "torch", "onnxruntime"), per_case=False),
     "int8": Suite("test_int8.py", ("accel", "onnxruntime")),
-    "coexistence": Suite("test_coexistence.py", ("accel", "onnxruntime"), calls=21),
+    "coexistence": Suite("test_coexistence.py", ("accel", "onnxruntime", "torch"), calls=21),
     "zoo": Suite("test_zoo.py", ("accel", "torch", "onnxruntime")),
 }
 # --mcpu haswell on a wider host: PyTorch (oneDNN, ATen, MKL) and numpy (OpenBLAS) held to AVX2
