@@ -1,11 +1,12 @@
 """Coexistence: a runtime's model calls when other libraries work between them.
 
 Each runtime (accel at its defaults: ``accel_target.build``, ``load``, accel's thread pool; ONNX
-Runtime and PyTorch, eager, at theirs) runs in a process of its own with 2 threads everywhere (its own pool,
-numpy's OpenBLAS, PyTorch's OpenMP) and times 21 calls of a model twice: alone, back to back,
-and right after the same work before each call, a 512x512 float32 numpy product and a PyTorch
-conv (16->32, 3x3, on 1x16x56x56). slowdown = median after / median alone. The models: a 2-conv
-model (conv 32->64 3x3, ReLU, conv 64->64 3x3, ReLU on 1x32x56x56) and MobileNetV2.
+Runtime and PyTorch, eager, at theirs) runs in a process of its own with 2 threads everywhere
+(its own pool, numpy's OpenBLAS, PyTorch's OpenMP) and times 21 calls of a model twice: alone,
+back to back, and right after the same work before each call, a 512x512 float32 numpy product
+and a PyTorch conv (16->32, 3x3, on 1x16x56x56). slowdown = median after / median alone. The
+models: a 2-conv model (conv 32->64 3x3, ReLU, conv 64->64 3x3, ReLU on 1x32x56x56) and
+MobileNetV2.
 
     python benchmarks/coexistence.py                      # every runtime and model, a table
     python benchmarks/coexistence.py accel two_conv       # one, as JSON
