@@ -285,8 +285,8 @@ int accel_parallel_launch(parallel_lambda f, void* cdata, int num_task) {
   /* TVM asks for 0 (as many as there are threads) unless the schedule set a count */
   if (num_task <= 0) num_task = pool.threads;
   int cpu = sched_getcpu();
-  if (cpu >= 0 && cpu != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed)) keep_workers_off(cpu);
-  atomic_store_explicit(&pool.caller_cpu, cpu, memory_order_relaxed);
+  int last_cpu = atomic_exchange_explicit(&pool.caller_cpu, cpu, memory_order_relaxed);
+  if (cpu >= 0 && cpu != last_cpu) keep_workers_off(cpu);
   publish(f, cdata, num_task, atomic_load(&pool.held));
   claim_tasks(0);
   int64_t until = now_us() + JOIN_SPIN_US;
